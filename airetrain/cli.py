@@ -1,0 +1,114 @@
+"""`airetrain` command: the steps the Snakemake rules call, and tools for users."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from .errors import ConfigError
+
+
+def _plan(args) -> None:
+    from .config import load_yaml, deep_merge
+    from .plan import format_table, plan_all
+
+    config: dict = {}
+    for path in args.configfile:
+        config = deep_merge(config, load_yaml(path))
+    plans = plan_all(config)
+    print(format_table(plans))
+    if args.write:
+        from .fsutil import write_json_atomic
+        for name, plan in plans.items():
+            write_json_atomic(Path(args.write) / name / "plan.json", plan)
+
+
+def _prepare(args) -> None:
+    from .data import prepare_digits
+    print(prepare_digits(args.dest))
+
+
+def _stage(args) -> None:
+    from .fsutil import read_json, write_json_atomic
+    from .roots import resolve_root, run_dir
+    from .stage import stage
+
+    plan = read_json(args.plan)
+    fast = resolve_root("tmp_shared", plan["roots"]["tmp_shared"])
+    target = run_dir(fast.path, plan["run"]) / "data"
+    result = stage(plan["dataset"], target, verify_sha256=plan["config"]["data"]["verify_sha256"])
+    result.update({"fast_root": str(fast.path), "fast_root_source": fast.source})
+    write_json_atomic(args.out, result)
+    print(f"staged {result['files']} files ({result['bytes'] / 1e6:.1f} MB) to {target}: {result['mode']}, "
+          f"{result['seconds']:.2f} s")
+
+
+def _launch(args) -> None:
+    from .fsutil import read_json
+    from .launch import run
+
+    run(read_json(args.plan), args.script, ["--plan", args.plan, "--stage", args.stage, "--out", args.out])
+
+
+def _promote(args) -> None:
+    from .fsutil import read_json, write_json_atomic
+    from .promote import promote
+
+    plan, train = read_json(args.plan), read_json(args.train)
+    result = promote(train["checkpoint"], plan["durable_dir"])
+    write_json_atomic(args.out, result)
+    print(f"promoted {result['path']} ({result['size']} bytes, sha256 {result['sha256'][:12]}…): {result['mode']}")
+
+
+def _report(args) -> None:
+    from .report import to_markdown, write
+
+    df = write(args.results, args.runs, args.out)
+    print(to_markdown(df).split("\n\nColumns:")[0])
+
+
+def main(argv=None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="airetrain", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("plan", help="validate a config and print every run's plan")
+    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
+    p.add_argument("--write", metavar="DIR", help="also write DIR/<run>/plan.json")
+    p.set_defaults(func=_plan)
+
+    p = sub.add_parser("prepare", help="write the embedded digits dataset as .npy shards")
+    p.add_argument("dest")
+    p.set_defaults(func=_prepare)
+
+    p = sub.add_parser("stage", help="copy a run's dataset to the fast root, verified")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--out", required=True, help="stage.json")
+    p.set_defaults(func=_stage)
+
+    p = sub.add_parser("launch", help="start torchrun for a run (a SLURM step inside a job)")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--stage", required=True)
+    p.add_argument("--out", required=True, help="directory for train.json and metrics.jsonl")
+    p.add_argument("--script", required=True, help="the training script torchrun runs")
+    p.set_defaults(func=_launch)
+
+    p = sub.add_parser("promote", help="make the final checkpoint durable on the scratch root")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--train", required=True, help="train.json")
+    p.add_argument("--out", required=True, help="checkpoint.json")
+    p.set_defaults(func=_promote)
+
+    p = sub.add_parser("report", help="efficiency table of finished runs")
+    p.add_argument("--results", default="results")
+    p.add_argument("--out", default="results/report")
+    p.add_argument("runs", nargs="+")
+    p.set_defaults(func=_report)
+
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except ConfigError as e:
+        print(f"airetrain: {e}", file=sys.stderr)
+        sys.exit(2)

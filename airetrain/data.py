@@ -1,0 +1,91 @@
+"""Datasets: the embedded digits dataset, and memory-mapped .npy shards on scratch.
+
+Layout of a dataset directory (what `prepare` writes, and what `data.name: npy` reads):
+    meta.json                      {"classes": 10, "shape": [1, 8, 8], "splits": {"train": n, "test": n}}
+    train/x-00000.npy, y-00000.npy ... float32 inputs, int64 labels, one pair per shard
+    test/x-00000.npy,  y-00000.npy
+    manifest.json                  size and sha256 of every file (stage verifies against it)
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from .fsutil import fsync_dir, sha256_file, write_json_atomic
+from .stage import DATASET_MANIFEST
+
+
+def write_shards(out: Path, split: str, x: np.ndarray, y: np.ndarray, shard_size: int) -> None:
+    (out / split).mkdir(parents=True, exist_ok=True)
+    for i, start in enumerate(range(0, len(x), shard_size)):
+        np.save(out / split / f"x-{i:05d}.npy", np.ascontiguousarray(x[start:start + shard_size]))
+        np.save(out / split / f"y-{i:05d}.npy", np.ascontiguousarray(y[start:start + shard_size]))
+
+
+def write_manifest(root: Path) -> None:
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != DATASET_MANIFEST)
+    manifest = {str(p.relative_to(root)): {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in files}
+    write_json_atomic(root / DATASET_MANIFEST, {"files": manifest})
+
+
+def prepare_digits(dst: str | Path, test_fraction: float = 0.2, shard_size: int = 1000, seed: int = 0) -> Path:
+    """Write scikit-learn's 1,797 handwritten digits (shipped with the package) as .npy shards.
+
+    Built in a temporary directory and renamed into place, so a half-written dataset never
+    appears under its real name.
+    """
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    dst = Path(dst)
+    digits = load_digits()
+    x = (digits.images.astype(np.float32) / 16.0)[:, None, :, :]  # N x 1 x 8 x 8 in [0, 1]
+    y = digits.target.astype(np.int64)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=test_fraction, random_state=seed, stratify=y)
+
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    write_shards(tmp, "train", x_train, y_train, shard_size)
+    write_shards(tmp, "test", x_test, y_test, shard_size)
+    meta = {"name": "digits", "classes": 10, "shape": [1, 8, 8],
+            "splits": {"train": len(x_train), "test": len(x_test)}}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write_manifest(tmp)
+    if dst.exists():
+        shutil.rmtree(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(dst)
+    fsync_dir(dst.parent)
+    return dst
+
+
+class NpyShards(Dataset):
+    """One split of a shard directory, memory-mapped: nothing is read until it is indexed."""
+
+    def __init__(self, root: str | Path, split: str):
+        directory = Path(root) / split
+        xs = sorted(directory.glob("x-*.npy"))
+        if not xs:
+            raise FileNotFoundError(f"no shards x-*.npy in {directory}")
+        self.x = [np.load(p, mmap_mode="r") for p in xs]
+        self.y = [np.load(p.with_name("y" + p.name[1:]), mmap_mode="r") for p in xs]
+        self.ends = list(np.cumsum([len(a) for a in self.x]))
+
+    def __len__(self) -> int:
+        return int(self.ends[-1])
+
+    def __getitem__(self, index: int):
+        shard = bisect.bisect_right(self.ends, index)
+        offset = index - (self.ends[shard - 1] if shard else 0)
+        return torch.from_numpy(np.array(self.x[shard][offset])), int(self.y[shard][offset])
+
+
+def read_meta(root: str | Path) -> dict:
+    return json.loads((Path(root) / "meta.json").read_text())

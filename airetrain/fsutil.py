@@ -1,0 +1,86 @@
+"""Durable file operations: hash, fsync, and write-then-rename so readers never see half a file."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+CHUNK = 4 << 20
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fsync_dir(path: str | Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def tmp_name(path: Path) -> Path:
+    """Temporary sibling of path: same directory, so the rename is atomic."""
+    return path.with_name(f".{path.name}.tmp.{os.getpid()}")
+
+
+def commit(tmp: Path, final: Path) -> None:
+    """Rename a complete, fsynced temporary file into place and make the rename durable."""
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_name(path)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    commit(tmp, path)
+
+
+def write_json_atomic(path: str | Path, obj) -> None:
+    write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def copy_atomic(src: str | Path, dst: str | Path, expected_sha256: str | None = None) -> str:
+    """Copy src to dst via a fsynced temporary file and a rename; return the copy's sha256.
+
+    The hash is taken from the bytes written, in the same pass; a copy that does not match
+    expected_sha256 is deleted, never renamed into place. A kill at any moment leaves
+    either the old dst or the complete new one, plus at most a stray temporary file.
+    """
+    src, dst = Path(src), Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_name(dst)
+    h = hashlib.sha256()
+    try:
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            while block := fin.read(CHUNK):
+                h.update(block)
+                fout.write(block)
+            fout.flush()
+            os.fsync(fout.fileno())
+        shutil.copystat(src, tmp)
+        digest = h.hexdigest()
+        if expected_sha256 and digest != expected_sha256:
+            raise OSError(f"copy of {src} has sha256 {digest}, expected {expected_sha256}: not promoted")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    commit(tmp, dst)
+    return digest
+
+
+def read_json(path: str | Path):
+    with open(path) as f:
+        return json.load(f)

@@ -1,0 +1,226 @@
+"""Resolve each run into a plan: layout, resources, batch maths, launch arguments.
+
+Everything that can be refused is refused here, before any job is submitted, with a
+message naming the key and the fix. The plan is the single source of every later
+step's resources (the rules read it, the launcher reads it, the trainer reads it).
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from . import config as cfg
+from .errors import ConfigError
+from .roots import Root, is_under, resolve_root, run_dir
+
+# Per-rank defaults. With GPUs: Aire's share of a node per GPU (24 cores, ~250 GB over 3 GPUs).
+DEFAULT_CPUS_PER_RANK = {"gpu": 8, "cpu": 1}
+DEFAULT_MEM_GB_PER_RANK = {"gpu": 80, "cpu": 2}
+
+
+def _layout(name: str, run: dict, site: dict, problems: list[str]) -> tuple[int, int]:
+    """(nodes, ranks per node) for the run, or problems explaining why not."""
+    gpus, per_node = run["gpus"], site["gpus_per_node"]
+    if gpus == 0:
+        if run["device"] == "cuda":
+            problems.append(f"runs.{name}.device = 'cuda' needs gpus > 0; set gpus, or device: cpu")
+        if run["nodes"] not in (None, 1):
+            problems.append(f"runs.{name}.nodes = {run['nodes']}: CPU runs (gpus: 0) use one node; remove nodes")
+        if run["nproc_per_node"] not in (None, run["processes"]):
+            problems.append(
+                f"runs.{name}.nproc_per_node = {run['nproc_per_node']} differs from processes = "
+                f"{run['processes']}; set only processes for CPU runs"
+            )
+        return 1, run["processes"]
+
+    if gpus <= per_node:
+        nodes = 1
+    elif gpus % per_node:
+        lower, upper = gpus // per_node * per_node, math.ceil(gpus / per_node) * per_node
+        problems.append(
+            f"runs.{name}.gpus = {gpus} is impossible: a node has {per_node} GPUs, so more than {per_node} "
+            f"must be whole nodes (gres gpu:{gpus} on one node does not exist); ask for gpus: {lower} or {upper}"
+        )
+        return 1, per_node
+    else:
+        nodes = gpus // per_node
+    nproc = gpus // nodes
+    if run["nodes"] is not None and run["nodes"] != nodes:
+        if run["nodes"] * per_node < gpus:
+            why = f"{gpus} GPUs do not fit on {run['nodes']} node(s) of {per_node} GPUs"
+        else:
+            why = f"{gpus} GPUs take {nodes} node(s) with {nproc} GPUs each"
+        problems.append(f"runs.{name}.nodes = {run['nodes']} is impossible: {why}; set nodes: {nodes} or remove it")
+    if run["nproc_per_node"] is not None and run["nproc_per_node"] != nproc:
+        problems.append(
+            f"runs.{name}.nproc_per_node = {run['nproc_per_node']} differs from the {nproc} GPUs per node: "
+            f"each GPU needs exactly one process; set nproc_per_node: {nproc} or remove it"
+        )
+    return nodes, nproc
+
+
+def _batch(name: str, run: dict, world: int, problems: list[str]) -> dict:
+    glob, per_device = run["batch"]["global"], run["batch"]["per_device"]
+    step = per_device * world
+    if glob % step == 0:
+        return {"global": glob, "per_device": per_device, "grad_accum": glob // step}
+    lower, upper = max(step, glob // step * step), math.ceil(glob / step) * step
+    fixes = [f"batch.global: {v}" for v in sorted({lower, upper})]
+    if glob % world == 0:
+        per_rank = glob // world
+        divisors = [d for d in range(1, per_rank + 1) if per_rank % d == 0]
+        near = sorted(divisors, key=lambda d: abs(d - per_device))[:2]
+        fixes += [f"batch.per_device: {d}" for d in sorted(near)]
+    problems.append(
+        f"runs.{name}.batch.global = {glob} is not per_device ({per_device}) x world size ({world}) x "
+        f"gradient-accumulation steps; use " + " or ".join(fixes)
+    )
+    return {"global": glob, "per_device": per_device, "grad_accum": None}
+
+
+def _check_not_home(key: str, path: Path, explicit: bool, env, problems: list[str]) -> None:
+    home = env.get("HOME")
+    if explicit and home and is_under(path, home):
+        problems.append(
+            f"{key} = {path} is under $HOME ({home}): $HOME is small, slow NFS and must never hold "
+            "datasets or checkpoints; put it on $SCRATCH"
+        )
+
+
+def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
+    env = os.environ if env is None else env
+    cfg.check_name(name)
+    problems: list[str] = []
+    site = top["site"]
+    nodes, nproc = _layout(name, run, site, problems)
+    world = nodes * nproc
+    device = run["device"] if run["device"] != "auto" else ("cuda" if run["gpus"] else "cpu")
+    kind = "gpu" if run["gpus"] else "cpu"
+
+    cpus_per_rank = run["cpus_per_rank"] or DEFAULT_CPUS_PER_RANK[kind]
+    mem_gb_per_rank = run["mem_gb_per_rank"] or DEFAULT_MEM_GB_PER_RANK[kind]
+    cpus_per_node, mem_gb_per_node = cpus_per_rank * nproc, mem_gb_per_rank * nproc
+    if cpus_per_node > site["cores_per_node"]:
+        problems.append(
+            f"runs.{name}.cpus_per_rank = {cpus_per_rank} x {nproc} ranks per node = {cpus_per_node} cores, "
+            f"but a node has {site['cores_per_node']}; use cpus_per_rank: {site['cores_per_node'] // nproc}"
+        )
+    if mem_gb_per_node > site["mem_gb_per_node"]:
+        problems.append(
+            f"runs.{name}.mem_gb_per_rank = {mem_gb_per_rank} x {nproc} ranks per node = {mem_gb_per_node} GB, "
+            f"but a node has {site['mem_gb_per_node']} GB; use mem_gb_per_rank: {int(site['mem_gb_per_node'] // nproc)}"
+        )
+    batch = _batch(name, run, world, problems)
+
+    data_path = Path(run["data"]["path"]).expanduser()
+    dataset = data_path if data_path.is_absolute() else scratch.path / data_path
+    _check_not_home(f"runs.{name}.data.path", dataset, data_path.is_absolute() or not scratch.fallback, env, problems)
+    _check_not_home("roots.scratch", scratch.path, not scratch.fallback, env, problems)
+    if top["roots"]["tmp_shared"]:
+        _check_not_home("roots.tmp_shared", Path(top["roots"]["tmp_shared"]), True, env, problems)
+
+    if problems:
+        raise ConfigError(f"run {name!r} refused:\n  - " + "\n  - ".join(problems))
+
+    time_min = dict(run["time_min"])
+    plan = {
+        "run": name,
+        "device": device,
+        "backend": "nccl" if device == "cuda" else "gloo",
+        "gpus": run["gpus"],
+        "nodes": nodes,
+        "nproc_per_node": nproc,
+        "world_size": world,
+        "strategy": run["strategy"],
+        "precision": run["precision"],
+        "batch": batch,
+        "cpus_per_rank": cpus_per_rank,
+        "cpus_per_node": cpus_per_node,
+        "mem_gb_per_node": mem_gb_per_node,
+        "time_min": {**time_min, "total": sum(time_min.values())},
+        "roots": {
+            "scratch": str(scratch.path),
+            "scratch_source": scratch.source,
+            "tmp_shared": top["roots"]["tmp_shared"],  # resolved inside the job
+        },
+        "dataset": str(dataset),
+        "durable_dir": str(run_dir(scratch.path, name) / "checkpoints"),
+        "slurm": {
+            "partition": run["slurm"]["partition"],
+            "account": run["slurm"]["account"],
+            "nodes": nodes,
+            "tasks": nodes,
+            "cpus_per_task": cpus_per_node,
+            "mem_mb": int(mem_gb_per_node * 1024),
+            "gres": f"gpu:{nproc}" if run["gpus"] else None,
+        },
+        "env": job_env(run, nodes, cpus_per_rank),
+        "config": run,
+    }
+    plan["torchrun"] = torchrun_args(plan)
+    return plan
+
+
+def job_env(run: dict, nodes: int, cpus_per_rank: int) -> dict:
+    """Environment every rank gets (AIRE.md, "Launch patterns")."""
+    env = {
+        "OMP_NUM_THREADS": str(cpus_per_rank),
+        "MKL_NUM_THREADS": str(cpus_per_rank),
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        # torchrun restarts reconnect to a dead worker's store without it (TORCH_NOTES.md)
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    }
+    if nodes > 1:
+        env.update({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "WARN"})
+        if run["slurm"]["nccl_socket_ifname"]:
+            env["NCCL_SOCKET_IFNAME"] = run["slurm"]["nccl_socket_ifname"]
+    return env
+
+
+def torchrun_args(plan: dict) -> list[str]:
+    """torchrun's arguments. Multi-node ones hold shell variables that each SLURM task expands."""
+    args = [f"--nnodes={plan['nodes']}", f"--nproc_per_node={plan['nproc_per_node']}"]
+    if plan["nodes"] == 1:
+        return ["--standalone", *args]
+    return [
+        *args,
+        "--node_rank=$SLURM_NODEID",
+        "--rdzv_backend=c10d",
+        "--rdzv_id=$SLURM_JOB_ID",
+        "--rdzv_endpoint=$AIRETRAIN_MASTER_ADDR:$AIRETRAIN_MASTER_PORT",
+    ]
+
+
+def plan_all(config: dict, env=None) -> dict[str, dict]:
+    """Plan every run in one process; all refusals are reported together."""
+    top, runs = cfg.resolve(config)
+    scratch = resolve_root("scratch", top["roots"]["scratch"], env)
+    plans, problems = {}, []
+    for name, run in runs.items():
+        try:
+            plans[name] = plan_run(name, run, top, scratch, env)
+        except ConfigError as e:
+            problems.append(str(e))
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return plans
+
+
+def format_table(plans: dict[str, dict]) -> str:
+    """One line per run: what it asks for and how its batch is made."""
+    header = ["run", "device", "world", "nodes", "ranks/node", "gres", "cores/node", "mem/node",
+              "time", "global = per_device x world x accum", "strategy", "precision"]
+    rows = []
+    for name, p in plans.items():
+        b = p["batch"]
+        rows.append([
+            name, p["device"], str(p["world_size"]), str(p["nodes"]), str(p["nproc_per_node"]),
+            p["slurm"]["gres"] or "-", str(p["cpus_per_node"]), f"{p['mem_gb_per_node']:g}G",
+            f"{p['time_min']['total']}m",
+            f"{b['global']} = {b['per_device']} x {p['world_size']} x {b['grad_accum']}",
+            p["strategy"], p["precision"],
+        ])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])

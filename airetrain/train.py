@@ -1,0 +1,235 @@
+"""The training loop, read top to bottom: set-up, data, model, resume, loop, evaluate, save.
+
+Run by torchrun (scripts/train.py): every rank executes this file; rank 0 logs and writes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import socket
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, Subset
+
+from . import checkpoint, dist as D
+from .data import NpyShards, read_meta
+from .fsutil import read_json, write_json_atomic
+from .models import build as build_model
+from .roots import run_dir
+
+log = logging.getLogger("airetrain.train")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="airetrain trainer (run under torchrun)")
+    p.add_argument("--plan", required=True, help="results/<run>/plan.json")
+    p.add_argument("--stage", required=True, help="results/<run>/stage.json (where the data was staged)")
+    p.add_argument("--out", required=True, help="directory for train.json and metrics.jsonl")
+    p.add_argument("--dump-params", metavar="DIR", default=os.environ.get("AIRETRAIN_DUMP_PARAMS"),
+                   help="debugging aid: each rank saves its final parameters to DIR/rank<N>.pt, "
+                        "to check that the replicas agree (or $AIRETRAIN_DUMP_PARAMS)")
+    return p.parse_args(argv)
+
+
+def seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def make_optimizer(cfg: dict, params):
+    if cfg["name"] == "sgd":
+        return torch.optim.SGD(params, lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"])
+    return torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+
+
+def autocast(device: torch.device, precision: str):
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+@torch.no_grad()
+def evaluate(model, dataset, d: D.Dist, precision: str) -> tuple[float, float]:
+    """(accuracy, mean loss) over the whole test set; each rank scores every world_size-th sample."""
+    model.eval()
+    shard = Subset(dataset, range(d.rank, len(dataset), d.world_size))
+    correct = total = loss_sum = 0.0
+    for x, y in DataLoader(shard, batch_size=512):
+        x, y = x.to(d.device), y.to(d.device)
+        with autocast(d.device, precision):
+            logits = model(x)
+        loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").item()
+        correct += (logits.argmax(1) == y).sum().item()
+        total += len(y)
+    correct, total, loss_sum = D.reduce([correct, total, loss_sum])
+    model.train()
+    return correct / total, loss_sum / total
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    plan, staged = read_json(args.plan), read_json(args.stage)
+    cfg = plan["config"]
+    out = Path(args.out)
+    d = D.setup(plan["device"])
+    logging.basicConfig(level=logging.INFO if d.is_main else logging.WARNING, stream=sys.stdout,
+                        format=f"[rank {d.rank}] %(message)s")
+    torch.set_num_threads(plan["cpus_per_rank"])
+
+    # ---- data: the staged copy, split across ranks by DistributedSampler
+    seed = cfg["train"]["seed"]
+    data_dir = staged["target"]
+    meta = read_meta(data_dir)
+    train_set, test_set = NpyShards(data_dir, "train"), NpyShards(data_dir, "test")
+    per_device, accum = plan["batch"]["per_device"], plan["batch"]["grad_accum"]
+    sampler = DistributedSampler(train_set, num_replicas=d.world_size, rank=d.rank, shuffle=True,
+                                 seed=seed, drop_last=True)
+    workers = cfg["data"]["workers"]
+    workers = max(plan["cpus_per_rank"] - 1, 0) if workers is None else workers
+    loader = DataLoader(train_set, batch_size=per_device, sampler=sampler, drop_last=True,
+                        num_workers=workers, persistent_workers=workers > 0,
+                        pin_memory=d.device.type == "cuda")
+    steps_per_epoch = len(loader) // accum
+    if steps_per_epoch == 0:
+        raise SystemExit(f"the training set ({len(train_set)} samples) is smaller than one global batch "
+                         f"({plan['batch']['global']}): lower batch.global")
+
+    # ---- model and optimizer: same seed on every rank; DDP also broadcasts rank 0's weights
+    seed_all(seed)
+    model = build_model(cfg["model"], meta["shape"], meta["classes"]).to(d.device)
+    ddp = DDP(model, device_ids=[d.local_rank] if d.device.type == "cuda" else None)
+    optimizer = make_optimizer(cfg["optim"], model.parameters())
+
+    # ---- resume from the newest checkpoint that verifies, on the fast root or on scratch
+    fast_dir = run_dir(Path(staged["fast_root"]), plan["run"]) / "checkpoints"
+    step, start_epoch = 0, 0
+    fingerprint = checkpoint.fingerprint(cfg)
+    found = checkpoint.load_latest([fast_dir, plan["durable_dir"]], fingerprint)
+    saved = None
+    if found:
+        state, path, saved = found
+        saved = {**saved, "path": str(path)}
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, start_epoch = state["step"], state["epoch"] + 1
+        log.info("resumed from %s (step %d, epoch %d)", path, step, state["epoch"])
+    seed_all(seed + 1000 * d.rank + start_epoch)
+
+    # ---- the loop
+    epochs = cfg["train"]["epochs"]
+    total_steps = steps_per_epoch * epochs
+    log_every = cfg["train"]["log_every_steps"]
+    metrics = open(out / "metrics.jsonl", "a") if d.is_main else None
+    wait_s = step_s = 0.0
+    steps_done = 0
+    loss_avg = float("nan")
+    log.info("training %s: world %d, %d steps/epoch x %d epochs, global batch %d = %d x %d x %d, %s",
+             plan["run"], d.world_size, steps_per_epoch, epochs, plan["batch"]["global"], per_device,
+             d.world_size, accum, plan["precision"])
+    t_start = time.perf_counter()
+    for epoch in range(start_epoch, epochs):
+        sampler.set_epoch(epoch)
+        batches = iter(loader)
+        window_loss = torch.zeros((), device=d.device)
+        window_steps = 0
+        for _ in range(steps_per_epoch):
+            t0 = time.perf_counter()
+            for micro in range(accum):
+                tw = time.perf_counter()
+                x, y = next(batches)
+                wait_s += time.perf_counter() - tw
+                x, y = x.to(d.device, non_blocking=True), y.to(d.device, non_blocking=True)
+                last = micro == accum - 1
+                with nullcontext() if last else ddp.no_sync():  # all-reduce once per optimizer step
+                    with autocast(d.device, plan["precision"]):
+                        loss = F.cross_entropy(ddp(x), y) / accum
+                    loss.backward()
+                window_loss += loss.detach()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            steps_done += 1
+            window_steps += 1
+            step_s += time.perf_counter() - t0
+
+            if step % log_every == 0 or step == total_steps:
+                if d.device.type == "cuda":
+                    torch.cuda.synchronize()
+                (loss_sum,) = D.reduce([window_loss.item()])
+                loss_avg = loss_sum / d.world_size / window_steps
+                window_loss.zero_()
+                window_steps = 0
+                elapsed = time.perf_counter() - t_start
+                rate = steps_done * plan["batch"]["global"] / elapsed
+                eta = (total_steps - step) * elapsed / steps_done
+                if d.is_main:
+                    log.info("step %d/%d | epoch %d | loss %.4f | %.0f samples/s | data wait %.0f%% | ETA %ds",
+                             step, total_steps, epoch, loss_avg, rate, 100 * wait_s / step_s, eta)
+                    metrics.write(json.dumps({
+                        "step": step, "epoch": epoch, "loss": loss_avg, "samples_per_s": rate,
+                        "data_wait_frac": wait_s / step_s, "elapsed_s": elapsed, "time": time.time(),
+                    }) + "\n")
+                    metrics.flush()
+
+        if (epoch + 1) % cfg["checkpoint"]["every_epochs"] == 0 or epoch == epochs - 1:
+            if d.is_main:
+                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                         "epoch": epoch, "config": cfg,
+                         "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}}
+                saved = checkpoint.save(state, fast_dir, step, fingerprint, keep=cfg["checkpoint"]["keep"])
+            torch.distributed.barrier()
+    train_s = time.perf_counter() - t_start
+
+    if args.dump_params:
+        Path(args.dump_params).mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), Path(args.dump_params) / f"rank{d.rank}.pt")
+
+    # ---- evaluate, gather figures, write train.json
+    accuracy, eval_loss = evaluate(model, test_set, d, plan["precision"])
+    wait_frac = D.reduce([wait_s / step_s if step_s else 0.0])[0] / d.world_size
+    peak = D.reduce([D.peak_memory_bytes(d.device)], op=torch.distributed.ReduceOp.MAX)[0]
+    hosts = D.hostnames()
+    if d.is_main:
+        metrics.close()
+        summary = {
+            "run": plan["run"],
+            "world_size": d.world_size,
+            "nodes": plan["nodes"],
+            "strategy": plan["strategy"],
+            "precision": plan["precision"],
+            "device": plan["device"],
+            "global_batch": plan["batch"]["global"],
+            "per_device_batch": per_device,
+            "grad_accum": accum,
+            "steps": step,
+            "steps_this_session": steps_done,
+            "epochs": epochs,
+            "resumed_from_step": step - steps_done,
+            "train_seconds": round(train_s, 3),
+            "samples_per_s": round(steps_done * plan["batch"]["global"] / train_s, 2) if steps_done else None,
+            "data_wait_frac": round(wait_frac, 4),
+            "peak_mem_bytes": int(peak),
+            "final_loss": loss_avg if steps_done else None,
+            "eval_loss": eval_loss,
+            "eval_accuracy": accuracy,
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "hostnames": hosts,
+            "launch_host": socket.gethostname(),
+            "torch_version": torch.__version__,
+            "checkpoint": saved,
+        }
+        write_json_atomic(out / "train.json", summary)
+        log.info("done: %d steps, eval accuracy %.4f, %.0f samples/s, checkpoint %s",
+                 step, accuracy, summary["samples_per_s"] or 0, saved["path"])
+    D.teardown()

@@ -1,0 +1,87 @@
+"""The whole demo pipeline with `snakemake --cores 2` in a temporary directory: every output checked."""
+import csv
+import json
+
+import pytest
+import torch
+
+from airetrain.fsutil import sha256_file
+
+from conftest import REPO, SNAKEMAKE, read_json, run, snakemake, write_config
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    work = tmp_path_factory.mktemp("demo")
+    proc = snakemake(work, REPO / "config/config.yaml", "--cores", "2",
+                     env={"SCRATCH": "", "TMP_SHARED": "", "TMPDIR": ""})
+    return work, proc
+
+
+def test_every_output_is_present(demo):
+    work, _ = demo
+    run_dir = work / "results" / "digits-ddp"
+    for name in ("plan.json", "stage.json", "train.json", "metrics.jsonl", "checkpoint.json",
+                 "benchmarks/stage.tsv", "benchmarks/train.tsv", "benchmarks/promote.tsv"):
+        assert (run_dir / name).is_file(), name
+    assert (work / "results/report/efficiency.csv").is_file()
+    assert (work / "results/report/efficiency.md").is_file()
+
+
+def test_demo_trains_to_90_percent_with_two_ddp_ranks(demo):
+    work, _ = demo
+    t = read_json(work / "results/digits-ddp/train.json")
+    assert t["eval_accuracy"] >= 0.90 and t["world_size"] == 2 and t["strategy"] == "ddp"
+    assert len((work / "results/digits-ddp/metrics.jsonl").read_text().splitlines()) >= t["steps"] // 10
+
+
+def test_stage_used_the_local_fallback_roots(demo):
+    work, _ = demo
+    s = read_json(work / "results/digits-ddp/stage.json")
+    assert s["fast_root"] == str(work / ".airetrain/tmp_shared") and s["fast_root_source"] == "local fallback"
+    assert s["source"] == str(work / ".airetrain/scratch/datasets/digits") and s["files"] == 9
+
+
+def test_checkpoint_is_durable_on_scratch_and_loads_without_airetrain(demo):
+    work, _ = demo
+    c = read_json(work / "results/digits-ddp/checkpoint.json")
+    path = work / ".airetrain/scratch/airetrain/digits-ddp/checkpoints/step-00000220.pt"
+    assert c["path"] == str(path) and c["verified"]
+    assert sha256_file(path) == c["sha256"]
+    state = torch.load(path, weights_only=True)
+    assert set(state) >= {"model", "optimizer", "step", "config"} and state["step"] == 220
+
+
+def test_efficiency_table_has_one_row_per_run(demo):
+    work, _ = demo
+    rows = list(csv.DictReader(open(work / "results/report/efficiency.csv")))
+    assert [r["run"] for r in rows] == ["digits-ddp"]
+    row = rows[0]
+    for col in ("state", "elapsed_s", "cpu_eff", "max_rss_mb", "samples_per_s", "data_wait_frac", "eval_accuracy"):
+        assert row[col] != "", col
+    assert row["state"] == "done" and 0 < float(row["cpu_eff"]) <= 1.5 and float(row["elapsed_s"]) > 0
+    md = (work / "results/report/efficiency.md").read_text()
+    assert md.startswith("| run | state | elapsed_s | cpu_eff") and "digits-ddp" in md
+
+
+def test_second_run_has_nothing_to_do(demo):
+    work, _ = demo
+    proc = snakemake(work, REPO / "config/config.yaml", "--cores", "2", "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_bad_config_is_refused_before_any_job(tmp_path):
+    cfg = write_config(tmp_path / "bad.yaml", {"runs": {"x": {"gpus": 4}, "y": {"optim": {"lrr": 1}}}})
+    proc = snakemake(tmp_path, cfg, "--cores", "1", check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "unknown key 'lrr' in runs.y.optim" in out
+    assert not (tmp_path / "results").exists() and not (tmp_path / ".airetrain").exists()
+
+
+def test_lint_is_clean():
+    proc = run([SNAKEMAKE, "--lint", "-s", str(REPO / "Snakefile"), "--configfile",
+                str(REPO / "config/config.yaml")], cwd=REPO, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,95 @@
+"""promote: the durable copy is all or nothing, verified by hash and by a weights_only load."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from airetrain import checkpoint
+from airetrain.checkpoint import CheckpointError
+from airetrain.fsutil import sha256_file
+from airetrain.promote import promote
+
+
+def make_checkpoint(directory, step=10, size_mb=1):
+    state = {"model": {"w": torch.randn(size_mb * 262144)}, "optimizer": {}, "step": step, "epoch": 0,
+             "config": {}}
+    return checkpoint.save(state, directory, step, fingerprint="f")
+
+
+def test_promote_copies_verifies_and_records(tmp_path):
+    entry = make_checkpoint(tmp_path / "fast")
+    result = promote(entry, tmp_path / "scratch" / "ckpt")
+    dst = tmp_path / "scratch" / "ckpt" / "step-00000010.pt"
+    assert result["verified"] and result["path"] == str(dst) and result["mode"] == "copied"
+    assert sha256_file(dst) == entry["sha256"] == result["sha256"]
+    assert torch.load(dst, weights_only=True)["step"] == 10
+    assert [c[2]["file"] for c in checkpoint.candidates([dst.parent], "f")] == ["step-00000010.pt"]
+    assert promote(entry, tmp_path / "scratch" / "ckpt")["mode"] == "already durable"
+
+
+def test_a_corrupt_source_is_never_promoted(tmp_path):
+    entry = make_checkpoint(tmp_path / "fast")
+    with open(entry["path"], "r+b") as f:
+        f.seek(1000)
+        f.write(b"\x00\xff")
+    with pytest.raises(OSError, match="sha256"):
+        promote(entry, tmp_path / "scratch")
+    assert list((tmp_path / "scratch").iterdir()) == []  # not even a temporary file is left
+
+
+def test_a_file_that_does_not_load_is_refused(tmp_path):
+    bad = tmp_path / "fast" / "step-00000001.pt"
+    bad.parent.mkdir()
+    bad.write_bytes(b"not a checkpoint")
+    entry = {"path": str(bad), "file": bad.name, "step": 1, "sha256": sha256_file(bad)}
+    with pytest.raises(CheckpointError, match="weights_only"):
+        promote(entry, tmp_path / "scratch")
+
+
+KILLER = """
+import sys
+from airetrain.fsutil import copy_atomic
+copy_atomic(sys.argv[1], sys.argv[2])
+"""
+
+
+def test_kill_mid_copy_leaves_the_previous_checkpoint_intact(tmp_path):
+    """SIGKILL the copy while its temporary file is half written: the destination keeps the old bytes."""
+    src = tmp_path / "new.pt"
+    block = os.urandom(1 << 20)
+    with open(src, "wb") as f:
+        for _ in range(384):  # 384 MB: the copy takes long enough to be caught mid-way
+            f.write(block)
+    dst = tmp_path / "durable" / "ckpt.pt"
+    dst.parent.mkdir()
+    dst.write_bytes(b"previous checkpoint")
+    killed_mid_copy = 0
+    for attempt in range(5):
+        proc = subprocess.Popen([sys.executable, "-c", KILLER, str(src), str(dst)])
+        deadline = time.monotonic() + 30
+        tmp = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            tmps = [p for p in dst.parent.iterdir() if p.name.startswith(".ckpt.pt.tmp")]
+            if tmps and tmps[0].stat().st_size > 0:
+                tmp = tmps[0]
+                break
+            time.sleep(0.001)
+        if proc.poll() is None and tmp is not None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            size = tmp.stat().st_size
+            if size < src.stat().st_size:
+                killed_mid_copy += 1
+            assert dst.read_bytes() == b"previous checkpoint"
+            tmp.unlink()
+        else:
+            proc.wait()
+            assert sha256_file(dst) == sha256_file(src)  # finished first: then it is complete
+            dst.write_bytes(b"previous checkpoint")
+        if killed_mid_copy:
+            break
+    assert killed_mid_copy, "never caught the copy mid-way"

@@ -1,0 +1,53 @@
+import os
+import re
+import sys
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+# The package, importable here and in every job (local, SLURM, --use-conda) without installing it.
+sys.path.insert(0, workflow.basedir)
+
+from airetrain.roots import export_python_path
+
+export_python_path(workflow.basedir)
+
+from airetrain.errors import ConfigError
+from airetrain.plan import format_table, plan_all
+
+# Plan every run in this one process; refusals stop the workflow before anything is submitted.
+try:
+    PLANS = plan_all(config)
+except ConfigError as e:
+    raise WorkflowError(f"airetrain: {e}") from None
+validate(config, "../schemas/config.schema.yaml")
+logger.info(f"airetrain plan:\n{format_table(PLANS)}")
+
+RUNS = list(PLANS)
+TRAIN_SCRIPT = os.path.join(workflow.basedir, "scripts", "train.py")
+DIGITS_DATASETS = sorted({p["dataset"] for p in PLANS.values() if p["config"]["data"]["name"] == "digits"})
+
+
+wildcard_constraints:
+    run="|".join(map(re.escape, RUNS)),
+
+
+def get_final_outputs():
+    return [
+        *expand("results/{run}/checkpoint.json", run=RUNS),
+        "results/report/efficiency.csv",
+        "results/report/efficiency.md",
+    ]
+
+
+def plan_of(wildcards):
+    return PLANS[wildcards.run]
+
+
+def slurm(wildcards, key):
+    """A SLURM resource of the run, from its plan."""
+    return PLANS[wildcards.run]["slurm"][key]
+
+
+def minutes(step):
+    return lambda wildcards: PLANS[wildcards.run]["time_min"][step]

@@ -1,0 +1,18 @@
+rule promote:
+    input:
+        plan="results/{run}/plan.json",
+        train="results/{run}/train.json",
+    output:
+        "results/{run}/checkpoint.json",
+    log:
+        "logs/{run}/promote.log",
+    benchmark:
+        "results/{run}/benchmarks/promote.tsv"
+    group:
+        "run_{run}"
+    resources:
+        runtime=minutes("promote"),
+    conda:
+        "../../envs/aire.yaml"
+    shell:
+        "python -m airetrain promote --plan {input.plan:q} --train {input.train:q} --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,34 @@
+# Runs as a SLURM step of the group's allocation (resource mpi: the executor does not wrap
+# it in `srun -n1`), so torchrun can span every node of the job. Locally it runs torchrun.
+rule train:
+    input:
+        plan="results/{run}/plan.json",
+        stage="results/{run}/stage.json",
+    output:
+        train="results/{run}/train.json",
+        metrics="results/{run}/metrics.jsonl",
+    log:
+        "logs/{run}/train.log",
+    benchmark:
+        "results/{run}/benchmarks/train.tsv"
+    group:
+        "run_{run}"
+    threads: lambda w: PLANS[w.run]["cpus_per_node"]
+    resources:
+        runtime=minutes("train"),
+        nodes=lambda w: slurm(w, "nodes"),
+        tasks=lambda w: slurm(w, "tasks"),
+        tasks_per_gpu=0,
+        cpus_per_task=lambda w: slurm(w, "cpus_per_task"),
+        mem_mb=lambda w: slurm(w, "mem_mb"),
+        gres=lambda w: slurm(w, "gres") or "",
+        slurm_partition=lambda w: slurm(w, "partition"),
+        mpi="srun",
+    params:
+        out=subpath(output.train, parent=True),
+        script=TRAIN_SCRIPT,
+    conda:
+        "../../envs/aire.yaml"
+    shell:
+        "python -m airetrain launch --plan {input.plan:q} --stage {input.stage:q} "
+        "--out {params.out:q} --script {params.script:q} >> {log:q} 2>&1"
