@@ -30,18 +30,34 @@ def _prepare(args) -> None:
 
 
 def _stage(args) -> None:
+    import os
+    import socket
+    import subprocess
+
     from .fsutil import read_json, write_json_atomic
+    from .launch import srun_per_node
     from .roots import resolve_root, run_dir
     from .stage import stage
 
     plan = read_json(args.plan)
     fast = resolve_root("tmp_shared", plan["roots"]["tmp_shared"])
+    out = Path(args.out)
+    if fast.node_local and plan["nodes"] > 1 and os.environ.get("SLURM_JOB_ID") and not args.this_node:
+        # Node-local fast storage ($TMPDIR): every node needs its own copy before training.
+        print(f"{fast.path} is node-local: staging on each of {plan['nodes']} nodes", flush=True)
+        cmd = [*srun_per_node(plan), sys.executable, "-m", "airetrain", "stage", "--plan", args.plan,
+               "--out", args.out, "--this-node"]
+        subprocess.run(cmd, check=True)
+        per_node = {p.stem.split(".", 1)[1]: read_json(p) for p in sorted(out.parent.glob(f"{out.stem}.*.json"))}
+        first = per_node[min(per_node)]
+        write_json_atomic(out, {**first, "nodes": per_node})
+        return
     target = run_dir(fast.path, plan["run"]) / "data"
     result = stage(plan["dataset"], target, verify_sha256=plan["config"]["data"]["verify_sha256"])
-    result.update({"fast_root": str(fast.path), "fast_root_source": fast.source})
-    write_json_atomic(args.out, result)
-    print(f"staged {result['files']} files ({result['bytes'] / 1e6:.1f} MB) to {target}: {result['mode']}, "
-          f"{result['seconds']:.2f} s")
+    result.update({"fast_root": str(fast.path), "fast_root_source": fast.source, "host": socket.gethostname()})
+    write_json_atomic(out.with_name(f"{out.stem}.{result['host']}.json") if args.this_node else out, result)
+    print(f"staged {result['files']} files ({result['bytes'] / 1e6:.1f} MB) to {target} on {result['host']}: "
+          f"{result['mode']}, {result['seconds']:.2f} s", flush=True)
 
 
 def _launch(args) -> None:
@@ -85,6 +101,8 @@ def main(argv=None) -> None:
     p = sub.add_parser("stage", help="copy a run's dataset to the fast root, verified")
     p.add_argument("--plan", required=True)
     p.add_argument("--out", required=True, help="stage.json")
+    p.add_argument("--this-node", action="store_true",
+                   help="stage on this node only and write <out>.<host>.json (used by the multi-node stage)")
     p.set_defaults(func=_stage)
 
     p = sub.add_parser("launch", help="start torchrun for a run (a SLURM step inside a job)")

@@ -21,17 +21,22 @@ def torchrun_command(plan: dict, script: str, script_args: list[str]) -> list[st
     return [sys.executable, "-m", "torch.distributed.run", *plan["torchrun"], script, *script_args]
 
 
+def srun_per_node(plan: dict) -> list[str]:
+    """A step of one task on every node of the job (the rule's shell has lost SLURM_* but the job id)."""
+    return [
+        "srun", f"--jobid={os.environ['SLURM_JOB_ID']}", f"--nodes={plan['nodes']}",
+        f"--ntasks={plan['nodes']}", "--ntasks-per-node=1", f"--cpus-per-task={plan['cpus_per_node']}",
+        "--kill-on-bad-exit=1",
+    ]
+
+
 def srun_command(plan: dict, inner: list[str]) -> list[str]:
     """One task per node runs torchrun; shell variables in the torchrun args expand in each task."""
     exports = "export AIRETRAIN_MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1); "
     exports += "export AIRETRAIN_MASTER_PORT=$((10000 + SLURM_JOB_ID % 20000)); "
     # our own torchrun args carry $VARIABLES meant for the task's shell; everything else is quoted
     words = [w if w.startswith("--") and "$" in w else shlex.quote(w) for w in inner]
-    return [
-        "srun", f"--jobid={os.environ['SLURM_JOB_ID']}", f"--nodes={plan['nodes']}",
-        f"--ntasks={plan['nodes']}", "--ntasks-per-node=1", f"--cpus-per-task={plan['cpus_per_node']}",
-        "--kill-on-bad-exit=1", "bash", "-c", exports + "exec " + " ".join(words),
-    ]
+    return [*srun_per_node(plan), "bash", "-c", exports + "exec " + " ".join(words)]
 
 
 def command(plan: dict, script: str, script_args: list[str], env=None) -> list[str]:

@@ -148,12 +148,17 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
         "durable_dir": str(run_dir(scratch.path, name) / "checkpoints"),
         "slurm": {
             "partition": run["slurm"]["partition"],
-            "account": run["slurm"]["account"],
+            # sbatch reads $SBATCH_ACCOUNT itself, but the executor would otherwise guess one
+            "account": run["slurm"]["account"] or env.get("SBATCH_ACCOUNT") or None,
             "nodes": nodes,
             "tasks": nodes,
             "cpus_per_task": cpus_per_node,
             "mem_mb": int(mem_gb_per_node * 1024),
             "gres": f"gpu:{nproc}" if run["gpus"] else None,
+            # The executor runs a rule that has an `mpi` resource unwrapped in the batch step, so
+            # the launcher can start its own `srun` across all nodes. Its MPI checks refuse
+            # tasks=1, so one node sets the key with an empty value (same launch path).
+            "mpi": "srun" if nodes > 1 else "",
         },
         "env": job_env(run, nodes, cpus_per_rank),
         "config": run,

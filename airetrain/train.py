@@ -227,6 +227,7 @@ def main(argv=None) -> None:
             "hostnames": hosts,
             "launch_host": socket.gethostname(),
             "torch_version": torch.__version__,
+            "environment": {k: os.environ.get(k) for k in (*plan["env"], "NCCL_SOCKET_IFNAME")},
             "checkpoint": saved,
         }
         write_json_atomic(out / "train.json", summary)

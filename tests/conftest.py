@@ -40,3 +40,43 @@ def no_aire_env(monkeypatch):
     """A laptop: none of Aire's variables set, so the local fallbacks apply."""
     for var in ("SCRATCH", "TMP_SHARED", "TMPDIR", "SLURM_JOB_ID"):
         monkeypatch.delenv(var, raising=False)
+
+
+SLURM_DIR = REPO / "tests" / "slurm"
+
+
+def slurm_state() -> Path:
+    return Path(os.environ.get("AIRETRAIN_SLURM_STATE", SLURM_DIR / "state"))
+
+
+def _cluster_answers(env) -> bool:
+    try:
+        out = subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True, timeout=15).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "UP" in out
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The real local SLURM test cluster (tests/slurm/up.sh), started here if it is not up yet.
+
+    Skipped with the reason only where it cannot start (no root, no unshare); under CI=true
+    a cluster that does not start fails the run.
+    """
+    state = slurm_state()
+    env = {**os.environ, "SLURM_CONF": str(state / "etc" / "slurm.conf")}
+    if not _cluster_answers(env):
+        problem = None
+        if os.geteuid() != 0:
+            problem = "the SLURM test cluster needs root (tests/slurm/up.sh)"
+        else:
+            proc = subprocess.run(["bash", str(SLURM_DIR / "up.sh")], env={**os.environ, "AIRETRAIN_SLURM_STATE": str(state)},
+                                  capture_output=True, text=True, timeout=600)
+            if proc.returncode != 0 or not _cluster_answers(env):
+                problem = f"tests/slurm/up.sh failed:\n{proc.stdout}\n{proc.stderr}"
+        if problem:
+            if os.environ.get("CI"):
+                pytest.fail(problem)
+            pytest.skip(problem)
+    return {"SLURM_CONF": env["SLURM_CONF"]}

@@ -49,5 +49,14 @@ def slurm(wildcards, key):
     return PLANS[wildcards.run]["slurm"][key]
 
 
+def partition(wildcards):
+    return PLANS[wildcards.run]["slurm"]["partition"]
+
+
+def account(wildcards):
+    """The run's account if the config names one; else the profile's default or $SBATCH_ACCOUNT."""
+    return PLANS[wildcards.run]["slurm"]["account"] or ""
+
+
 def minutes(step):
     return lambda wildcards: PLANS[wildcards.run]["time_min"][step]

@@ -12,6 +12,8 @@ rule promote:
         "run_{run}"
     resources:
         runtime=minutes("promote"),
+        slurm_partition=partition,
+        slurm_account=account,
     conda:
         "../../envs/aire.yaml"
     shell:

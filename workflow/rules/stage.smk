@@ -28,6 +28,8 @@ rule stage:
         "run_{run}"
     resources:
         runtime=minutes("stage"),
+        slurm_partition=partition,
+        slurm_account=account,
     conda:
         "../../envs/aire.yaml"
     shell:

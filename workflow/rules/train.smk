@@ -22,8 +22,11 @@ rule train:
         cpus_per_task=lambda w: slurm(w, "cpus_per_task"),
         mem_mb=lambda w: slurm(w, "mem_mb"),
         gres=lambda w: slurm(w, "gres") or "",
-        slurm_partition=lambda w: slurm(w, "partition"),
-        mpi="srun",
+        slurm_partition=partition,
+        slurm_account=account,
+        # a requeued job appends to its log instead of truncating the first run's
+        slurm_extra="--open-mode=append",
+        mpi=lambda w: slurm(w, "mpi"),
     params:
         out=subpath(output.train, parent=True),
         script=TRAIN_SCRIPT,

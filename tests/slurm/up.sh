@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Start a real SLURM 22.05 test cluster on this one Debian machine (as root), for the test suite.
+#
+#   labgpu1, labgpu2  partition gpu: 24 CPUs, 256000 MB, gres gpu:l40s:3 (device files are /dev/null links)
+#   labcpu1           partition standard (default)
+# with munged, MariaDB + slurmdbd (accounting: sacct works), slurmctld and one slurmd per node.
+# Each slurmd runs in its own UTS + mount namespace: its own hostname, and /etc/slurm and /etc/hosts
+# bind-mounted from the state directory, so jobs find the config without $SLURM_CONF (the Snakemake
+# jobstep plugin strips SLURM_*) and node names resolve (torchrun's c10d rendezvous needs that).
+#
+# $S/nodetmp/local is node-local inside jobs (each node bind-mounts its own $S/nodetmp/<node> there):
+# point TMPDIR at it to emulate Aire's node-local $TMPDIR.
+# Idempotent; everything lives in $AIRETRAIN_SLURM_STATE (default tests/slurm/state).
+# Clients: source "$AIRETRAIN_SLURM_STATE/env.sh". Stop with down.sh (by pid files only).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+S="${AIRETRAIN_SLURM_STATE:-$HERE/state}"
+CTLD_PORT=${AIRETRAIN_SLURM_PORT:-6917}
+DBD_PORT=$((CTLD_PORT + 2))
+NODE_PORT=$((CTLD_PORT + 13))
+DB_PORT=$((CTLD_PORT - 3601))   # 3316 by default
+# Short credential lifetime: a requeued job restarts after about this long (SLURM's default is 120 s).
+CRED_EXPIRE=${AIRETRAIN_SLURM_CRED_EXPIRE:-30}
+PACKAGES=(slurmctld slurmd slurm-client slurmdbd slurm-wlm-mysql-plugin munge mariadb-server)
+
+say() { printf '[slurm-up %(%T)T] %s\n' -1 "$*" >&2; }
+fail() { say "ERROR: $*"; exit 1; }
+running() { [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null && grep -qa -- "$2" "/proc/$(cat "$1")/cmdline"; }
+wait_until() {  # wait_until SECONDS WHAT COMMAND...
+  local limit=$((SECONDS + $1)) what=$2; shift 2
+  until timeout 10 "$@" >/dev/null 2>&1; do
+    ((SECONDS < limit)) || fail "gave up after $limit s waiting for $what"
+    sleep 0.3
+  done
+}
+
+[[ $(id -u) == 0 ]] || fail "needs root (it starts daemons as the slurm, munge and mysql users)"
+
+missing=()
+for p in "${PACKAGES[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+if ((${#missing[@]})); then
+  say "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+unshare --uts --mount -- true 2>/dev/null || fail "unshare --uts --mount is not permitted here: nodes cannot get their own hostnames"
+
+mkdir -p "$S"/{etc,run,log,spool/ctld,gpu,munge,db,db-run}
+for n in labgpu1 labgpu2 labcpu1; do mkdir -p "$S/spool/$n" "$S/nodetmp/$n"; done
+mkdir -p "$S/nodetmp/local"
+chmod 755 "$S" "$S"/{etc,run,log,spool,gpu}
+chown slurm:slurm "$S/spool/ctld" "$S/log" "$S/run"
+chown munge:munge "$S/munge"; chmod 755 "$S/munge"
+chown mysql:mysql "$S/db" "$S/db-run"
+for i in 0 1 2; do ln -sfn /dev/null "$S/gpu/nvidia$i"; done   # a GRES needs a device file; /dev/null stats as one
+
+# cgroup v1 memory + freezer: memory limits enforced and OUT_OF_MEMORY recorded, as on a real cluster
+CGROUP=0
+if [[ -d /sys/fs/cgroup/memory && -d /sys/fs/cgroup/freezer ]] && mkdir /sys/fs/cgroup/memory/airetrain_probe 2>/dev/null; then
+  rmdir /sys/fs/cgroup/memory/airetrain_probe; CGROUP=1
+fi
+
+HOST=$(hostname -s)
+NODE="CPUs=24 Boards=1 SocketsPerBoard=2 CoresPerSocket=12 ThreadsPerCore=1 RealMemory=256000"
+cat >"$S/etc/slurm.conf" <<CONF
+ClusterName=airetrain
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$NODE_PORT
+SlurmUser=slurm
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$S/munge/munge.socket,cred_expire=$CRED_EXPIRE
+MailProg=/bin/true
+StateSaveLocation=$S/spool/ctld
+SlurmdSpoolDir=$S/spool/%n
+SlurmctldPidFile=$S/run/slurmctld.pid
+SlurmdPidFile=$S/run/slurmd-%n.pid
+SlurmctldLogFile=$S/log/slurmctld.log
+SlurmdLogFile=$S/log/slurmd-%n.log
+$( ((CGROUP)) && printf 'ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup' || printf 'ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none')
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=2
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBD_PORT
+AccountingStoragePass=$S/munge/munge.socket
+AccountingStorageTRES=gres/gpu,gres/gpu:l40s
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=1000
+GresTypes=gpu
+# a 2-core test machine advertises Aire-sized nodes
+SlurmdParameters=config_overrides
+ReturnToService=2
+KillWait=10
+MinJobAge=3600
+SlurmdTimeout=60
+JobRequeue=1
+NodeName=labgpu1 NodeHostname=labgpu1 NodeAddr=127.0.2.1 Port=$((NODE_PORT + 1)) $NODE Gres=gpu:l40s:3
+NodeName=labgpu2 NodeHostname=labgpu2 NodeAddr=127.0.2.2 Port=$((NODE_PORT + 2)) $NODE Gres=gpu:l40s:3
+NodeName=labcpu1 NodeHostname=labcpu1 NodeAddr=127.0.3.1 Port=$((NODE_PORT + 3)) $NODE
+PartitionName=standard Nodes=labcpu1 Default=YES MaxTime=2-00:00:00 State=UP
+PartitionName=gpu Nodes=labgpu1,labgpu2 MaxTime=2-00:00:00 State=UP
+CONF
+printf 'CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nConstrainRAMSpace=yes\nConstrainSwapSpace=yes\nAllowedSwapSpace=0\n' >"$S/etc/cgroup.conf"
+echo "NodeName=labgpu[1-2] Name=gpu Type=l40s File=$S/gpu/nvidia[0-2]" >"$S/etc/gres.conf"
+cat >"$S/etc/slurmdbd.conf" <<CONF
+AuthType=auth/munge
+AuthInfo=socket=$S/munge/munge.socket
+DbdAddr=127.0.0.1
+DbdHost=localhost
+DbdPort=$DBD_PORT
+SlurmUser=slurm
+LogFile=$S/log/slurmdbd.log
+PidFile=$S/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=airetrain
+StorageLoc=slurm_acct_db
+CONF
+chown slurm:slurm "$S/etc/slurmdbd.conf"; chmod 600 "$S/etc/slurmdbd.conf"
+cat >"$S/etc/my.cnf" <<CONF
+[mysqld]
+datadir=$S/db
+socket=$S/db-run/mysqld.sock
+pid-file=$S/db-run/mysqld.pid
+log-error=$S/db-run/mysqld.log
+port=$DB_PORT
+bind-address=127.0.0.1
+user=mysql
+innodb_buffer_pool_size=256M
+CONF
+{ grep -v ' lab\(gpu\|cpu\)[0-9]$' /etc/hosts; printf '127.0.2.1 labgpu1\n127.0.2.2 labgpu2\n127.0.3.1 labcpu1\n'; } >"$S/etc/hosts"
+echo "export SLURM_CONF=$S/etc/slurm.conf" >"$S/env.sh"
+export SLURM_CONF=$S/etc/slurm.conf
+
+[[ -s $S/etc/munge.key ]] || head -c 1024 /dev/urandom >"$S/etc/munge.key"
+chown munge:munge "$S/etc/munge.key"; chmod 400 "$S/etc/munge.key"
+if ! running "$S/munge/munged.pid" munged; then
+  say "munged"
+  runuser -u munge -- /usr/sbin/munged --socket="$S/munge/munge.socket" --key-file="$S/etc/munge.key" \
+    --pid-file="$S/munge/munged.pid" --log-file="$S/munge/munged.log" --seed-file="$S/munge/munged.seed"
+fi
+wait_until 20 munged bash -c "munge -S '$S/munge/munge.socket' -n | unmunge -S '$S/munge/munge.socket'"
+
+[[ -d $S/db/mysql ]] || mariadb-install-db --defaults-file="$S/etc/my.cnf" --skip-test-db >"$S/log/db-install.log" 2>&1
+if ! running "$S/db-run/mysqld.pid" mariadbd; then
+  say "mariadbd"
+  setsid /usr/sbin/mariadbd --defaults-file="$S/etc/my.cnf" </dev/null >>"$S/db-run/mysqld.log" 2>&1 &
+fi
+wait_until 60 mariadbd mariadb-admin --defaults-file="$S/etc/my.cnf" --socket="$S/db-run/mysqld.sock" ping
+mariadb --defaults-file="$S/etc/my.cnf" --socket="$S/db-run/mysqld.sock" -e "
+  CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+  CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'airetrain';
+  CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'airetrain';
+  GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+  GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';"
+
+if ! running "$S/run/slurmdbd.pid" slurmdbd; then say "slurmdbd"; /usr/sbin/slurmdbd; fi
+wait_until 60 slurmdbd sacctmgr -n show cluster
+sacctmgr -n -P show cluster format=cluster | grep -qx airetrain || sacctmgr -i add cluster airetrain >/dev/null
+sacctmgr -n -P show account format=account | grep -qx lab || sacctmgr -i add account lab Description=tests Organization=tests >/dev/null
+sacctmgr -n -P show assoc where account=lab user=root format=user | grep -qx root || sacctmgr -i add user root Account=lab >/dev/null
+
+if ! running "$S/run/slurmctld.pid" slurmctld; then say "slurmctld"; /usr/sbin/slurmctld -f "$SLURM_CONF"; fi
+wait_until 60 slurmctld bash -c 'scontrol ping | grep -q UP'
+
+for n in labgpu1 labgpu2 labcpu1; do
+  running "$S/run/slurmd-$n.pid" slurmd && continue
+  say "slurmd $n"
+  # $S/nodetmp/local is node-local storage: each node sees its own directory there (like $TMPDIR on Aire)
+  unshare --uts --mount --propagation private -- sh -ec '
+    hostname "$1"; mount --bind "$2/etc" /etc/slurm; mount --bind "$2/etc/hosts" /etc/hosts
+    mount --bind "$2/nodetmp/$1" "$2/nodetmp/local"
+    exec /usr/sbin/slurmd -f "$2/etc/slurm.conf" -N "$1"' _ "$n" "$S"
+done
+
+limit=$((SECONDS + 90)); resumed=0
+while :; do
+  states=$(sinfo -h -N -o '%N %T' | sort -u)
+  [[ $(grep -c ' idle$' <<<"$states") == 3 ]] && break
+  if ((!resumed && SECONDS > limit - 80)) && grep -qE 'down|drain' <<<"$states"; then   # left down by an earlier run
+    for n in $(awk '/down|drain/ {print $1}' <<<"$states"); do scontrol update NodeName="$n" State=RESUME || true; done
+    resumed=1
+  fi
+  ((SECONDS < limit)) || { echo "$states" >&2; fail "nodes not idle after 90 s"; }
+  sleep 0.5
+done
+say "up: source $S/env.sh"

@@ -1,0 +1,125 @@
+"""On a real SLURM cluster (tests/slurm/up.sh): the aire profile, one job per run, 1- and 2-node torchrun.
+
+The emulated GPUs have no CUDA, so GPU plans run with the explicit CPU stand-in (device: cpu, gloo).
+TMPDIR points at the cluster's node-local directory, so $TMP_SHARED's fallback is node-local and the
+2-node run must stage on both nodes.
+"""
+import subprocess
+import time
+
+import pytest
+
+from conftest import REPO, SNAKEMAKE, read_json, run, slurm_state, snakemake, write_config
+
+pytestmark = pytest.mark.slurm
+
+STAND_IN = {"device": "cpu", "precision": "fp32", "cpus_per_rank": 1, "mem_gb_per_rank": 2,
+            "train": {"epochs": 3, "log_every_steps": 5}, "time_min": {"stage": 5, "train": 10, "promote": 5}}
+
+
+def sacct_jobs(env, since: str) -> dict[str, dict]:
+    """{job id: sacct fields} of the allocations (no steps) started since `since`."""
+    fields = ["JobID", "State", "NNodes", "AllocCPUS", "AllocTRES", "ReqMem", "NodeList"]
+    out = run(["sacct", "-X", "-n", "-P", "-S", since, "-o", ",".join(fields)], env=env).stdout
+    return {row[0]: dict(zip(fields, row)) for row in (line.split("|") for line in out.splitlines()) if row[0]}
+
+
+def slurm_snakemake(work, cfg, env, *extra, check=True):
+    return snakemake(work, cfg, "--executor", "slurm", "--profile", str(REPO / "aire"),
+                     "--slurm-init-seconds-before-status-checks", "2", *extra, env=env, check=check)
+
+
+@pytest.fixture(scope="module")
+def cluster_runs(slurm_cluster, tmp_path_factory):
+    work = tmp_path_factory.mktemp("slurm")
+    cfg = write_config(work / "config.yaml", {
+        "roots": {"scratch": str(work / "scratch")},
+        "defaults": {"train": {"epochs": 4}},
+        "runs": {
+            "demo": {"gpus": 0, "processes": 2},
+            "g3": {**STAND_IN, "gpus": 3, "batch": {"global": 96, "per_device": 32}},
+            "g6": {**STAND_IN, "gpus": 6, "batch": {"global": 96, "per_device": 16}},
+        },
+    })
+    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local")}
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    t0 = time.monotonic()
+    proc = slurm_snakemake(work, cfg, env, "--jobs", "3")
+    print(f"SLURM pipeline of 3 runs: {time.monotonic() - t0:.0f} s")
+    return work, env, sacct_jobs(env, since), proc
+
+
+def test_one_job_per_run_with_the_planned_resources(cluster_runs):
+    work, env, jobs, _ = cluster_runs
+    ids = {run: read_json(work / "results" / run / "train.json")["slurm_job_id"] for run in ("demo", "g3", "g6")}
+    assert set(ids.values()) == set(jobs), (ids, jobs)   # exactly one allocation per run, nothing else
+    for run_name, job_id in ids.items():
+        plan = read_json(work / "results" / run_name / "plan.json")
+        job = jobs[job_id]
+        assert job["State"] == "COMPLETED"
+        assert int(job["NNodes"]) == plan["nodes"]
+        assert int(job["AllocCPUS"]) == plan["cpus_per_node"] * plan["nodes"]
+        tres = dict(item.split("=", 1) for item in job["AllocTRES"].split(","))
+        assert tres["mem"] == f"{plan['slurm']['mem_mb'] * plan['nodes'] // 1024}G"
+        assert tres.get("gres/gpu") == (str(plan["gpus"]) if plan["gpus"] else None)
+
+
+def test_train_json_records_the_job_and_its_hosts(cluster_runs):
+    work, _, jobs, _ = cluster_runs
+    demo = read_json(work / "results/demo/train.json")
+    assert demo["slurm_job_id"] in jobs and demo["hostnames"] and demo["eval_accuracy"] > 0.85
+    assert demo["environment"]["OMP_NUM_THREADS"] == "1"
+
+
+def test_six_gpu_plan_spans_two_nodes(cluster_runs):
+    work, _, _, _ = cluster_runs
+    g6 = read_json(work / "results/g6/train.json")
+    assert g6["world_size"] == 6 and g6["nodes"] == 2
+    assert g6["hostnames"] == ["labgpu1", "labgpu2"]
+    assert g6["environment"]["NCCL_DEBUG"] == "WARN"
+
+
+def test_two_node_run_trains_like_one_node_with_the_same_global_batch(cluster_runs):
+    work, _, _, _ = cluster_runs
+    g3, g6 = (read_json(work / f"results/{r}/train.json") for r in ("g3", "g6"))
+    assert g3["global_batch"] == g6["global_batch"] == 96 and g3["steps"] == g6["steps"]
+    # the same 96 samples make each step on both (DistributedSampler interleaves the same permutation)
+    assert g6["final_loss"] == pytest.approx(g3["final_loss"], rel=0.02, abs=1e-3)
+    assert abs(g6["eval_accuracy"] - g3["eval_accuracy"]) <= 0.02
+
+
+def test_node_local_fast_root_is_staged_on_every_node(cluster_runs):
+    work, _, _, _ = cluster_runs
+    stage = read_json(work / "results/g6/stage.json")
+    assert stage["fast_root_source"] == "$TMPDIR" and sorted(stage["nodes"]) == ["labgpu1", "labgpu2"]
+    for node in ("labgpu1", "labgpu2"):
+        assert (slurm_state() / "nodetmp" / node / "airetrain-tmp_shared/airetrain/g6/data/meta.json").is_file()
+
+
+def test_checkpoints_are_promoted_and_the_report_has_job_ids(cluster_runs):
+    work, _, jobs, _ = cluster_runs
+    for run_name in ("demo", "g3", "g6"):
+        assert read_json(work / f"results/{run_name}/checkpoint.json")["verified"]
+    md = (work / "results/report/efficiency.md").read_text()
+    assert all(job_id in md for job_id in jobs)
+
+
+def test_dry_run_with_the_aire_profile_submits_nothing_and_shows_the_plan(slurm_cluster, tmp_path):
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    proc = run([SNAKEMAKE, "--executor", "slurm", "--profile", "aire", "-n", "-d", str(tmp_path),
+                "--configfile", str(REPO / "config/config.yaml")],
+               cwd=REPO, env=slurm_cluster)   # --profile aire resolves from the repository root
+    out = proc.stdout + proc.stderr
+    assert "airetrain plan:" in out and "digits-ddp" in out and "64 = 32 x 2 x 1" in out
+    assert "group job run_digits-ddp" in out.lower() or "run_digits-ddp" in out
+    assert sacct_jobs(slurm_cluster, since) == {}
+    assert not (tmp_path / "results").exists()
+
+
+def test_impossible_request_is_refused_before_any_sbatch(slurm_cluster, tmp_path):
+    cfg = write_config(tmp_path / "bad.yaml", {"roots": {"scratch": str(tmp_path / "s")}, "runs": {"four": {"gpus": 4}}})
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    proc = slurm_snakemake(tmp_path, cfg, slurm_cluster, check=False)
+    assert proc.returncode != 0
+    assert "runs.four.gpus = 4 is impossible" in proc.stdout + proc.stderr
+    assert sacct_jobs(slurm_cluster, since) == {}
