@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import random
 import socket
@@ -18,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from . import checkpoint, dist as D
 from .data import NpyShards, read_meta
 from .fsutil import read_json, write_json_atomic
 from .models import build as build_model
+from .parallel import Parallel
 from .roots import run_dir
 
 log = logging.getLogger("airetrain.train")
@@ -53,27 +54,37 @@ def make_optimizer(cfg: dict, params):
     return torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
 
 
-def autocast(device: torch.device, precision: str):
-    if precision == "bf16":
+def autocast(device: torch.device, precision: str, enabled: bool = True):
+    if precision == "bf16" and enabled:
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return nullcontext()
 
 
 @torch.no_grad()
-def evaluate(model, dataset, d: D.Dist, precision: str) -> tuple[float, float]:
-    """(accuracy, mean loss) over the whole test set; each rank scores every world_size-th sample."""
-    model.eval()
+def evaluate(par: Parallel, dataset, d: D.Dist, precision: str) -> tuple[float, float]:
+    """(accuracy, mean loss) over the whole test set; each rank scores every world_size-th sample.
+
+    Every rank runs the same number of forward passes (FSDP's all-gathers are collectives):
+    a rank whose share is used up runs an empty batch.
+    """
+    par.model.eval()
     shard = Subset(dataset, range(d.rank, len(dataset), d.world_size))
+    batch = 512
+    passes = math.ceil(math.ceil(len(dataset) / d.world_size) / batch)
+    batches = iter(DataLoader(shard, batch_size=batch))
+    x0, _ = dataset[0]
     correct = total = loss_sum = 0.0
-    for x, y in DataLoader(shard, batch_size=512):
+    for _ in range(passes):
+        x, y = next(batches, (torch.empty(0, *x0.shape), torch.empty(0, dtype=torch.long)))
         x, y = x.to(d.device), y.to(d.device)
-        with autocast(d.device, precision):
-            logits = model(x)
-        loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").item()
-        correct += (logits.argmax(1) == y).sum().item()
-        total += len(y)
+        with autocast(d.device, precision, par.autocast_needed()):
+            logits = par(x).float()
+        if len(y):
+            loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
+            correct += (logits.argmax(1) == y).sum().item()
+            total += len(y)
     correct, total, loss_sum = D.reduce([correct, total, loss_sum])
-    model.train()
+    par.model.train()
     return correct / total, loss_sum / total
 
 
@@ -105,10 +116,10 @@ def main(argv=None) -> None:
         raise SystemExit(f"the training set ({len(train_set)} samples) is smaller than one global batch "
                          f"({plan['batch']['global']}): lower batch.global")
 
-    # ---- model and optimizer: same seed on every rank; DDP also broadcasts rank 0's weights
+    # ---- model and optimizer: same seed on every rank (DDP also broadcasts rank 0's weights)
     seed_all(seed)
     model = build_model(cfg["model"], meta["shape"], meta["classes"]).to(d.device)
-    ddp = DDP(model, device_ids=[d.local_rank] if d.device.type == "cuda" else None)
+    par = Parallel(model, plan["strategy"], d.device, plan["precision"])
     optimizer = make_optimizer(cfg["optim"], model.parameters())
 
     # ---- resume from the newest checkpoint that verifies, on the fast root or on scratch
@@ -120,8 +131,7 @@ def main(argv=None) -> None:
     if found:
         state, path, saved = found
         saved = {**saved, "path": str(path)}
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        par.load_full_state(optimizer, state["model"], state["optimizer"])
         step, start_epoch = state["step"], state["epoch"] + 1
         log.info("resumed from %s (step %d, epoch %d)", path, step, state["epoch"])
     seed_all(seed + 1000 * d.rank + start_epoch)
@@ -151,9 +161,9 @@ def main(argv=None) -> None:
                 wait_s += time.perf_counter() - tw
                 x, y = x.to(d.device, non_blocking=True), y.to(d.device, non_blocking=True)
                 last = micro == accum - 1
-                with nullcontext() if last else ddp.no_sync():  # all-reduce once per optimizer step
-                    with autocast(d.device, plan["precision"]):
-                        loss = F.cross_entropy(ddp(x), y) / accum
+                with par.grad_sync(last):  # reduce gradients once per optimizer step
+                    with autocast(d.device, plan["precision"], par.autocast_needed()):
+                        loss = F.cross_entropy(par(x).float(), y) / accum
                     loss.backward()
                 window_loss += loss.detach()
             optimizer.step()
@@ -183,8 +193,9 @@ def main(argv=None) -> None:
                     metrics.flush()
 
         if (epoch + 1) % cfg["checkpoint"]["every_epochs"] == 0 or epoch == epochs - 1:
+            model_state, optim_state = par.full_state(optimizer)  # a collective: every rank
             if d.is_main:
-                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                state = {"model": model_state, "optimizer": optim_state, "step": step,
                          "epoch": epoch, "config": cfg,
                          "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}}
                 saved = checkpoint.save(state, fast_dir, step, fingerprint, keep=cfg["checkpoint"]["keep"])
@@ -193,10 +204,10 @@ def main(argv=None) -> None:
 
     if args.dump_params:
         Path(args.dump_params).mkdir(parents=True, exist_ok=True)
-        torch.save(model.state_dict(), Path(args.dump_params) / f"rank{d.rank}.pt")
+        torch.save(par.full_state(optimizer)[0], Path(args.dump_params) / f"rank{d.rank}.pt")
 
     # ---- evaluate, gather figures, write train.json
-    accuracy, eval_loss = evaluate(model, test_set, d, plan["precision"])
+    accuracy, eval_loss = evaluate(par, test_set, d, plan["precision"])
     wait_frac = D.reduce([wait_s / step_s if step_s else 0.0])[0] / d.world_size
     peak = D.reduce([D.peak_memory_bytes(d.device)], op=torch.distributed.ReduceOp.MAX)[0]
     hosts = D.hostnames()

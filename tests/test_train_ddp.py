@@ -69,3 +69,46 @@ def test_train_json_has_every_field_with_plausible_values(ddp_run):
     assert s["peak_mem_bytes"] > 10 << 20 and s["slurm_job_id"] is None
     assert s["steps"] == 4 * (1437 // 64) and s["precision"] == "bf16"
     assert s["torch_version"] == torch.__version__
+
+
+@pytest.fixture(scope="module")
+def fsdp_vs_ddp(tmp_path_factory):
+    """The same run (fp32, same seed, same global batch) under DDP and under FSDP2."""
+    runs = {}
+    for strategy in ("ddp", "fsdp"):
+        tmp = tmp_path_factory.mktemp(strategy)
+        cfg = {"processes": 2, "strategy": strategy, "precision": "fp32",
+               "batch": {"global": 64, "per_device": 16}, "train": {"epochs": 2, "log_every_steps": 2}}
+        out, _ = launch_training(tmp, cfg, dump=tmp / "params")
+        runs[strategy] = (tmp, out)
+    return runs
+
+
+def test_fsdp_ends_with_identical_full_parameters_on_every_rank(fsdp_vs_ddp):
+    tmp, _ = fsdp_vs_ddp["fsdp"]
+    r0, r1 = (torch.load(tmp / "params" / f"rank{r}.pt", weights_only=True) for r in (0, 1))
+    assert r0.keys() == r1.keys() and all(torch.equal(r0[k], r1[k]) for k in r0)
+    assert not any(k.startswith("module.") or "_fsdp" in k for k in r0)  # plain names, loadable anywhere
+
+
+def test_ddp_and_fsdp_follow_the_same_loss_curve(fsdp_vs_ddp):
+    curves = {}
+    for strategy, (_, out) in fsdp_vs_ddp.items():
+        curves[strategy] = [json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(curves["ddp"]) == len(curves["fsdp"]) > 5
+    for a, b in zip(curves["ddp"], curves["fsdp"]):
+        assert b == pytest.approx(a, rel=1e-3, abs=1e-4)
+    ddp_params = torch.load(fsdp_vs_ddp["ddp"][0] / "params" / "rank0.pt", weights_only=True)
+    fsdp_params = torch.load(fsdp_vs_ddp["fsdp"][0] / "params" / "rank0.pt", weights_only=True)
+    for key in ddp_params:
+        torch.testing.assert_close(fsdp_params[key], ddp_params[key], rtol=1e-3, atol=1e-4)
+
+
+def test_fsdp_checkpoint_is_a_plain_full_state_dict(fsdp_vs_ddp):
+    _, out = fsdp_vs_ddp["fsdp"]
+    summary = read_json(out / "train.json")
+    state = torch.load(summary["checkpoint"]["path"], weights_only=True)
+    from airetrain.models import small_cnn
+    model = small_cnn([1, 8, 8], 10, 32)
+    model.load_state_dict(state["model"])  # strict: every key, unsharded shapes
+    assert summary["strategy"] == "fsdp" and summary["eval_accuracy"] > 0.8
