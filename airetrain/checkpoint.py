@@ -34,9 +34,13 @@ _NOT_FINGERPRINTED_NESTED = {("data", "workers"), ("data", "verify_sha256"), ("t
                              ("train", "epochs")}
 
 
+FORMAT = 2  # bump when the checkpoint's layout changes: older files are then never resumed from
+
+
 def fingerprint(config: dict) -> str:
     """Hash of the training-relevant config: a checkpoint resumes only a run with the same one."""
     kept = {k: v for k, v in config.items() if k not in _NOT_FINGERPRINTED}
+    kept["__format__"] = FORMAT
     for section, key in _NOT_FINGERPRINTED_NESTED:
         kept[section] = {k: v for k, v in kept.get(section, {}).items() if k != key}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]

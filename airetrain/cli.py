@@ -9,19 +9,40 @@ from pathlib import Path
 from .errors import ConfigError
 
 
-def _plan(args) -> None:
-    from .config import load_yaml, deep_merge
-    from .plan import format_table, plan_all
+def _load_plans(configfiles: list[str]) -> dict:
+    from .config import deep_merge, load_yaml
+    from .plan import plan_all
 
     config: dict = {}
-    for path in args.configfile:
+    for path in configfiles:
         config = deep_merge(config, load_yaml(path))
-    plans = plan_all(config)
+    return plan_all(config)
+
+
+def _plan(args) -> None:
+    from .plan import format_table
+
+    plans = _load_plans(args.configfile)
     print(format_table(plans))
     if args.write:
         from .fsutil import write_json_atomic
         for name, plan in plans.items():
             write_json_atomic(Path(args.write) / name / "plan.json", plan)
+
+
+def _sbatch(args) -> None:
+    from .sbatch import script
+
+    plans = _load_plans(args.configfile)
+    if args.run not in plans:
+        raise ConfigError(f"no run {args.run!r} in {', '.join(args.configfile)}; runs: {', '.join(plans)}")
+    print(script(plans[args.run], args.workdir, Path(__file__).resolve().parents[1]), end="")
+
+
+def _doctor(args) -> None:
+    from .doctor import report
+
+    print("\n".join(report()))
 
 
 def _prepare(args) -> None:
@@ -42,6 +63,11 @@ def _stage(args) -> None:
     plan = read_json(args.plan)
     fast = resolve_root("tmp_shared", plan["roots"]["tmp_shared"])
     out = Path(args.out)
+    if plan["dataset"] is None:  # synthetic data: made in memory by the trainer
+        write_json_atomic(out, {"source": None, "target": None, "files": 0, "bytes": 0, "seconds": 0.0,
+                                "mode": "none", "fast_root": str(fast.path), "fast_root_source": fast.source})
+        print("nothing to stage: the dataset is synthetic")
+        return
     if fast.node_local and plan["nodes"] > 1 and os.environ.get("SLURM_JOB_ID") and not args.this_node:
         # Node-local fast storage ($TMPDIR): every node needs its own copy before training.
         print(f"{fast.path} is node-local: staging on each of {plan['nodes']} nodes", flush=True)
@@ -71,9 +97,14 @@ def _promote(args) -> None:
     from .fsutil import read_json, write_json_atomic
     from .promote import promote
 
+    from .manifest import build
+
     plan, train = read_json(args.plan), read_json(args.train)
     result = promote(train["checkpoint"], plan["durable_dir"])
     write_json_atomic(args.out, result)
+    if args.manifest:
+        record = build(plan, train, args.workflow_dir, Path(plan["durable_dir"]).parent)
+        write_json_atomic(args.manifest, record)
     print(f"promoted {result['path']} ({result['size']} bytes, sha256 {result['sha256'][:12]}…): {result['mode']}")
 
 
@@ -93,6 +124,15 @@ def main(argv=None) -> None:
     p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
     p.add_argument("--write", metavar="DIR", help="also write DIR/<run>/plan.json")
     p.set_defaults(func=_plan)
+
+    p = sub.add_parser("sbatch", help="print a stand-alone sbatch script for one run (no Snakemake)")
+    p.add_argument("run")
+    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
+    p.add_argument("--workdir", default=".", help="where results/ go (default: here)")
+    p.set_defaults(func=_sbatch)
+
+    p = sub.add_parser("doctor", help="torch, CUDA, NCCL, GPUs and the variables that matter")
+    p.set_defaults(func=_doctor)
 
     p = sub.add_parser("prepare", help="write the embedded digits dataset as .npy shards")
     p.add_argument("dest")
@@ -116,6 +156,8 @@ def main(argv=None) -> None:
     p.add_argument("--plan", required=True)
     p.add_argument("--train", required=True, help="train.json")
     p.add_argument("--out", required=True, help="checkpoint.json")
+    p.add_argument("--manifest", help="also write the run record (manifest.json) here")
+    p.add_argument("--workflow-dir", default=".", help="the workflow's git checkout, for the run record")
     p.set_defaults(func=_promote)
 
     p = sub.add_parser("report", help="efficiency table of finished runs")

@@ -82,7 +82,11 @@ def _friendly(error: jsonschema.ValidationError, root: dict) -> str:
         return f"{where} = {error.instance!r} is not allowed; allowed values: " + ", ".join(
             repr(v) for v in error.validator_value
         )
-    if error.validator == "pattern":  # the only pattern: names that reach shells and paths
+    if error.validator == "anyOf":  # a built-in name or an import path
+        names = [v for sub in error.validator_value for v in sub.get("enum", [])]
+        return (f"{where} = {error.instance!r} is not allowed; allowed values: "
+                + ", ".join(map(repr, names)) + ", or an import path 'package.module:function'")
+    if error.validator == "pattern":  # names that reach shells and paths
         return f"name {error.instance!r} in {where} is not allowed: use only letters, digits, '_', '.' and '-'"
     if error.validator == "minimum":
         return f"{where} = {error.instance!r} is too small: it must be at least {error.validator_value}"
@@ -128,14 +132,30 @@ def deep_merge(base: dict, override: dict) -> dict:
     return out
 
 
+def has_run_key(schema: dict, dotted: str) -> bool:
+    node = _resolve_ref(schema["$defs"]["run"], schema)
+    for part in dotted.split("."):
+        if part not in node.get("properties", {}):
+            return False
+        node = _resolve_ref(node["properties"][part], schema)
+    return True
+
+
 def resolve(config: dict) -> tuple[dict, dict[str, dict]]:
-    """Validate and return (top-level settings, {run name: complete run config})."""
+    """Validate, expand the sweep, and return (top-level settings, {run name: complete run config})."""
+    from . import sweep
+
     schema = load_schema()
     validate(config, schema)
-    top = deep_merge(defaults_from_schema(schema), {k: v for k, v in config.items() if k != "runs"})
+    grid = config.get("sweep") or {}
+    sweep.check_keys(grid, lambda key: has_run_key(schema, key))
+    expanded = {**config, "runs": sweep.expand(config["runs"], grid, deep_merge)}
+    if grid:
+        validate(expanded, schema)  # the grid's values, checked where they land
+    top = deep_merge(defaults_from_schema(schema), {k: v for k, v in expanded.items() if k not in ("runs", "sweep")})
     base = top.pop("defaults")
     runs = {}
-    for name, overrides in config["runs"].items():
+    for name, overrides in expanded["runs"].items():
         check_name(name)
         runs[name] = deep_merge(base, overrides or {})
     return top, runs

@@ -70,6 +70,7 @@ class NpyShards(Dataset):
     """One split of a shard directory, memory-mapped: nothing is read until it is indexed."""
 
     def __init__(self, root: str | Path, split: str):
+        self.meta = read_meta(root)
         directory = Path(root) / split
         xs = sorted(directory.glob("x-*.npy"))
         if not xs:
@@ -89,3 +90,54 @@ class NpyShards(Dataset):
 
 def read_meta(root: str | Path) -> dict:
     return json.loads((Path(root) / "meta.json").read_text())
+
+
+class Synthetic(Dataset):
+    """Random inputs for benchmarks: images with labels, or token sequences (vocab given).
+
+    A fixed pool of 1,024 random items (seeded) is indexed modulo its size, so any number of
+    samples costs no memory and every rank sees the same data for the same index.
+    """
+
+    POOL = 1024
+
+    def __init__(self, cfg: dict, split: str):
+        self.samples = cfg["samples"] if split == "train" else max(cfg["samples"] // 10, 1)
+        g = torch.Generator().manual_seed(0 if split == "train" else 1)
+        if cfg["vocab"]:
+            self.meta = {"vocab": cfg["vocab"], "seq_len": cfg["seq_len"], "classes": cfg["vocab"]}
+            self.pool = torch.randint(cfg["vocab"], (self.POOL, cfg["seq_len"] + 1), generator=g)
+        else:
+            self.meta = {"shape": list(cfg["shape"]), "classes": cfg["classes"]}
+            self.pool = torch.randn(self.POOL, *cfg["shape"], generator=g)
+            self.labels = torch.randint(cfg["classes"], (self.POOL,), generator=g)
+
+    def __len__(self) -> int:
+        return self.samples
+
+    def __getitem__(self, index: int):
+        item = self.pool[index % self.POOL]
+        if self.meta.get("vocab"):
+            return item[:-1], item[1:]
+        return item, int(self.labels[index % self.POOL])
+
+
+def build(cfg: dict, root: str | None) -> tuple[Dataset, Dataset, dict]:
+    """(train, test, meta) for the `data:` config; root is the staged copy (None if nothing staged).
+
+    A user dataset is `name: "package.module:function"`, called as function(split, root) and
+    returning a torch Dataset with a `meta` dict: {"shape", "classes"} or {"vocab", "seq_len"}.
+    """
+    from .models import import_callable
+
+    name = cfg["name"]
+    if name == "synthetic":
+        train, test = Synthetic(cfg, "train"), Synthetic(cfg, "test")
+    elif ":" in name:
+        builder = import_callable(name)
+        train, test = builder("train", root), builder("test", root)
+    else:  # digits and npy: shards on the scratch root, staged
+        train, test = NpyShards(root, "train"), NpyShards(root, "test")
+    if not isinstance(getattr(train, "meta", None), dict):
+        raise TypeError(f"dataset {name!r} must have a `meta` dict with shape and classes (or vocab and seq_len)")
+    return train, test, train.meta

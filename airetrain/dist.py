@@ -57,11 +57,6 @@ def setup(device_kind: str) -> Dist:
     return Dist(rank, local_rank, world, device)
 
 
-def teardown() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
 def peak_memory_bytes(device: torch.device) -> int:
     """CUDA's peak allocation, or the process's peak RSS on CPU."""
     if device.type == "cuda":

@@ -9,30 +9,46 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
     set_model_state_dict, set_optimizer_state_dict)
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from .models import block_container
+
 FULL = StateDictOptions(full_state_dict=True)
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 
 
 class Parallel:
-    def __init__(self, model: nn.Module, strategy: str, device: torch.device, precision: str):
-        self.strategy = strategy
+    def __init__(self, model: nn.Module, plan: dict, device: torch.device):
+        self.strategy = plan["strategy"]
         self.model = model
-        if strategy == "fsdp":
-            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-                if precision == "bf16" else MixedPrecisionPolicy()
-            for block in model.children():   # one all-gather per block, overlapped with compute
+        blocks = block_container(model)
+        if plan["activation_checkpointing"]:  # keep each block's input, recompute the rest in backward
+            for i, block in enumerate(blocks):
                 if any(p.requires_grad for p in block.parameters()):
-                    fully_shard(block, mp_policy=policy)
-            fully_shard(model, mp_policy=policy)
+                    blocks[i] = checkpoint_wrapper(block)
+        if self.strategy == "fsdp":
+            from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+            dtype = DTYPES[plan["precision"]]
+            kwargs = {"mp_policy": MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+                      if dtype else MixedPrecisionPolicy()}
+            if plan["config"]["fsdp_cpu_offload"]:
+                kwargs["offload_policy"] = CPUOffloadPolicy()
+            for block in blocks:   # one all-gather per block, overlapped with compute
+                if any(p.requires_grad for p in block.parameters()):
+                    fully_shard(block, **kwargs)
+            fully_shard(model, **kwargs)
             self.wrapped = model
         else:
-            self.wrapped = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+            # gradients live in the all-reduce buckets: one copy fewer per step
+            self.wrapped = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                               gradient_as_bucket_view=True)
+        if plan["config"]["compile"] and device.type == "cuda":
+            self.wrapped = torch.compile(self.wrapped)
 
     def __call__(self, x):
         return self.wrapped(x)
@@ -44,11 +60,12 @@ class Parallel:
             self.model.set_requires_gradient_sync(sync)
             yield
         else:
-            with nullcontext() if sync else self.wrapped.no_sync():
+            ddp = self.wrapped if isinstance(self.wrapped, DDP) else self.wrapped._orig_mod
+            with nullcontext() if sync else ddp.no_sync():
                 yield
 
     def autocast_needed(self) -> bool:
-        """FSDP's MixedPrecisionPolicy already computes in bf16; DDP uses autocast."""
+        """FSDP's MixedPrecisionPolicy already computes in low precision; DDP uses autocast."""
         return self.strategy != "fsdp"
 
     def full_state(self, optimizer) -> tuple[dict, dict]:

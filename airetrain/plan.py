@@ -6,6 +6,7 @@ step's resources (the rules read it, the launcher reads it, the trainer reads it
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 from pathlib import Path
@@ -13,6 +14,8 @@ from pathlib import Path
 from . import config as cfg
 from .errors import ConfigError
 from .roots import Root, is_under, resolve_root, run_dir
+
+log = logging.getLogger("airetrain.plan")
 
 # Per-rank defaults. With GPUs: Aire's share of a node per GPU (24 cores, ~250 GB over 3 GPUs).
 DEFAULT_CPUS_PER_RANK = {"gpu": 8, "cpu": 1}
@@ -79,6 +82,56 @@ def _batch(name: str, run: dict, world: int, problems: list[str]) -> dict:
     return {"global": glob, "per_device": per_device, "grad_accum": None}
 
 
+DIGITS_PATH = "datasets/digits"
+
+
+def _dataset_path(name: str, data: dict, scratch: Root, problems: list[str]) -> Path | None:
+    """The directory to stage, or None when there is nothing to stage (synthetic data)."""
+    if data["name"] == "synthetic":
+        return None
+    path = data["path"] or (DIGITS_PATH if data["name"] == "digits" else None)
+    if path is None:
+        if data["name"] == "npy":
+            problems.append(f"runs.{name}.data.path is required for data.name: npy (the shard directory)")
+        return None
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else scratch.path / path
+
+
+def _strategy(name, run, device, world, per_device, dataset, problems) -> tuple[str, dict | None, list[str]]:
+    """DDP or FSDP (auto: from the memory estimate), and what cannot work with it."""
+    from . import estimate
+
+    memory = None
+    strategy = run["strategy"]
+    if strategy == "auto":
+        memory = estimate.estimate(run, estimate.dataset_meta(run["data"], dataset and str(dataset)), world,
+                                   per_device)
+        strategy = memory["decision"]
+    if strategy == "fsdp" and run["precision"] == "fp16":
+        problems.append(f"runs.{name}.precision = 'fp16' with FSDP is not supported (it needs a sharded "
+                        "GradScaler); use precision: bf16, which needs no scaler")
+    if run["fsdp_cpu_offload"] and device != "cuda":
+        problems.append(f"runs.{name}.fsdp_cpu_offload needs a GPU: without one there is nothing to offload "
+                        "from; remove it for CPU runs")
+    if run["fsdp_cpu_offload"] and strategy != "fsdp":
+        problems.append(f"runs.{name}.fsdp_cpu_offload applies to FSDP only; set strategy: fsdp or remove it")
+    if run["model"]["name"] in ("vit", "gpt") and run["model"]["width"] % run["model"]["heads"]:
+        problems.append(f"runs.{name}.model.heads = {run['model']['heads']} does not divide model.width = "
+                        f"{run['model']['width']}")
+    warnings = []
+    if device == "cuda":
+        if run["model"]["width"] % 8:
+            warnings.append(f"run {name}: model.width = {run['model']['width']} is not a multiple of 8: "
+                            "tensor cores run slower on such shapes")
+        if per_device % 8:
+            warnings.append(f"run {name}: batch.per_device = {per_device} is not a multiple of 8: "
+                            "tensor cores run slower on such shapes")
+    elif run["compile"]:
+        warnings.append(f"run {name}: compile is ignored on CPU")
+    return strategy, memory, warnings
+
+
 def _check_not_home(key: str, path: Path, explicit: bool, env, problems: list[str]) -> None:
     home = env.get("HOME")
     if explicit and home and is_under(path, home):
@@ -112,13 +165,25 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
             f"but a node has {site['mem_gb_per_node']} GB; use mem_gb_per_rank: {int(site['mem_gb_per_node'] // nproc)}"
         )
     batch = _batch(name, run, world, problems)
+    if run["gpus"] > site["max_gpus_per_user"]:
+        problems.append(f"runs.{name}.gpus = {run['gpus']} exceeds site.max_gpus_per_user = "
+                        f"{site['max_gpus_per_user']}: the job would never start; ask for at most that many")
+    total_min = sum(run["time_min"].values())
+    if total_min > site["max_wall_hours"] * 60:
+        problems.append(f"runs.{name}.time_min adds up to {total_min} min, over site.max_wall_hours = "
+                        f"{site['max_wall_hours']} h; shorten train (the run resumes from its checkpoint "
+                        "when resubmitted)")
 
-    data_path = Path(run["data"]["path"]).expanduser()
-    dataset = data_path if data_path.is_absolute() else scratch.path / data_path
-    _check_not_home(f"runs.{name}.data.path", dataset, data_path.is_absolute() or not scratch.fallback, env, problems)
+    dataset = _dataset_path(name, run["data"], scratch, problems)
+    if dataset is not None:
+        data_path = Path(run["data"]["path"] or DIGITS_PATH)
+        _check_not_home(f"runs.{name}.data.path", dataset, data_path.is_absolute() or not scratch.fallback, env,
+                        problems)
     _check_not_home("roots.scratch", scratch.path, not scratch.fallback, env, problems)
     if top["roots"]["tmp_shared"]:
         _check_not_home("roots.tmp_shared", Path(top["roots"]["tmp_shared"]), True, env, problems)
+
+    strategy, memory, warnings = _strategy(name, run, device, world, batch["per_device"], dataset, problems)
 
     if problems:
         raise ConfigError(f"run {name!r} refused:\n  - " + "\n  - ".join(problems))
@@ -132,7 +197,11 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
         "nodes": nodes,
         "nproc_per_node": nproc,
         "world_size": world,
-        "strategy": run["strategy"],
+        "strategy": strategy,
+        "activation_checkpointing": run["activation_checkpointing"] is True or (
+            run["activation_checkpointing"] == "auto" and run["strategy"] == "auto" and strategy == "fsdp"),
+        "memory_estimate": memory,
+        "warnings": warnings,
         "precision": run["precision"],
         "batch": batch,
         "cpus_per_rank": cpus_per_rank,
@@ -144,7 +213,7 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
             "scratch_source": scratch.source,
             "tmp_shared": top["roots"]["tmp_shared"],  # resolved inside the job
         },
-        "dataset": str(dataset),
+        "dataset": str(dataset) if dataset else None,
         "durable_dir": str(run_dir(scratch.path, name) / "checkpoints"),
         "slurm": {
             "partition": run["slurm"]["partition"],
@@ -209,7 +278,20 @@ def plan_all(config: dict, env=None) -> dict[str, dict]:
             problems.append(str(e))
     if problems:
         raise ConfigError("\n".join(problems))
+    for warning in [w for p in plans.values() for w in p["warnings"]] + plan_warnings(plans, top):
+        log.warning(warning)
     return plans
+
+
+def plan_warnings(plans: dict[str, dict], top: dict) -> list[str]:
+    """What will work, but not as the user may expect."""
+    warnings = []
+    demand = sum(p["gpus"] for p in plans.values())
+    limit = top["site"]["max_gpus_per_user"]
+    if demand > limit:
+        warnings.append(f"these {len(plans)} runs ask for {demand} GPUs together, over the per-user limit of "
+                        f"{limit} (site.max_gpus_per_user): at most {limit} GPUs run at once, the rest queue")
+    return warnings
 
 
 def format_table(plans: dict[str, dict]) -> str:

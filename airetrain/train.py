@@ -21,8 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from . import checkpoint, dist as D
-from .data import NpyShards, read_meta
+from . import checkpoint, data, dist as D, manifest, metrics
 from .fsutil import read_json, write_json_atomic
 from .models import build as build_model
 from .parallel import Parallel
@@ -55,9 +54,14 @@ def make_optimizer(cfg: dict, params):
 
 
 def autocast(device: torch.device, precision: str, enabled: bool = True):
-    if precision == "bf16" and enabled:
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    if precision in ("bf16", "fp16") and enabled:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
     return nullcontext()
+
+
+def loss_fn(logits, y):
+    """Cross entropy over classes, or over every position of a sequence (GPT)."""
+    return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
 
 
 @torch.no_grad()
@@ -72,17 +76,18 @@ def evaluate(par: Parallel, dataset, d: D.Dist, precision: str) -> tuple[float, 
     batch = 512
     passes = math.ceil(math.ceil(len(dataset) / d.world_size) / batch)
     batches = iter(DataLoader(shard, batch_size=batch))
-    x0, _ = dataset[0]
+    x0, y0 = dataset[0]
+    y0 = torch.as_tensor(y0)
     correct = total = loss_sum = 0.0
     for _ in range(passes):
-        x, y = next(batches, (torch.empty(0, *x0.shape), torch.empty(0, dtype=torch.long)))
+        x, y = next(batches, (torch.empty(0, *x0.shape, dtype=x0.dtype), torch.empty(0, *y0.shape, dtype=torch.long)))
         x, y = x.to(d.device), y.to(d.device)
         with autocast(d.device, precision, par.autocast_needed()):
             logits = par(x).float()
         if len(y):
-            loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
-            correct += (logits.argmax(1) == y).sum().item()
-            total += len(y)
+            loss_sum += loss_fn(logits, y).item() * y.numel()
+            correct += (logits.argmax(-1) == y).sum().item()
+            total += y.numel()
     correct, total, loss_sum = D.reduce([correct, total, loss_sum])
     par.model.train()
     return correct / total, loss_sum / total
@@ -100,9 +105,7 @@ def main(argv=None) -> None:
 
     # ---- data: the staged copy, split across ranks by DistributedSampler
     seed = cfg["train"]["seed"]
-    data_dir = staged["target"]
-    meta = read_meta(data_dir)
-    train_set, test_set = NpyShards(data_dir, "train"), NpyShards(data_dir, "test")
+    train_set, test_set, meta = data.build(cfg["data"], staged["target"])
     per_device, accum = plan["batch"]["per_device"], plan["batch"]["grad_accum"]
     sampler = DistributedSampler(train_set, num_replicas=d.world_size, rank=d.rank, shuffle=True,
                                  seed=seed, drop_last=True)
@@ -110,7 +113,7 @@ def main(argv=None) -> None:
     workers = max(plan["cpus_per_rank"] - 1, 0) if workers is None else workers
     loader = DataLoader(train_set, batch_size=per_device, sampler=sampler, drop_last=True,
                         num_workers=workers, persistent_workers=workers > 0,
-                        pin_memory=d.device.type == "cuda")
+                        prefetch_factor=4 if workers > 0 else None, pin_memory=d.device.type == "cuda")
     steps_per_epoch = len(loader) // accum
     if steps_per_epoch == 0:
         raise SystemExit(f"the training set ({len(train_set)} samples) is smaller than one global batch "
@@ -118,9 +121,13 @@ def main(argv=None) -> None:
 
     # ---- model and optimizer: same seed on every rank (DDP also broadcasts rank 0's weights)
     seed_all(seed)
-    model = build_model(cfg["model"], meta["shape"], meta["classes"]).to(d.device)
-    par = Parallel(model, plan["strategy"], d.device, plan["precision"])
+    model = build_model(cfg["model"], meta).to(d.device)
+    x, y = next(iter(DataLoader(train_set, batch_size=per_device)))  # model FLOPs of one micro-batch
+    with autocast(d.device, plan["precision"]):
+        flops_per_micro = metrics.count_flops(model, x.to(d.device), y.to(d.device), loss_fn)
+    par = Parallel(model, plan, d.device)
     optimizer = make_optimizer(cfg["optim"], model.parameters())
+    scaler = torch.amp.GradScaler(d.device.type, enabled=plan["precision"] == "fp16")
 
     # ---- resume from the newest checkpoint that verifies, on the fast root or on scratch
     fast_dir = run_dir(Path(staged["fast_root"]), plan["run"]) / "checkpoints"
@@ -132,21 +139,27 @@ def main(argv=None) -> None:
         state, path, saved = found
         saved = {**saved, "path": str(path)}
         par.load_full_state(optimizer, state["model"], state["optimizer"])
+        if "scaler" in state:
+            scaler.load_state_dict(state["scaler"])
         step, start_epoch = state["step"], state["epoch"] + 1
         log.info("resumed from %s (step %d, epoch %d)", path, step, state["epoch"])
     seed_all(seed + 1000 * d.rank + start_epoch)
+    hosts = D.hostnames()
+    if d.is_main:
+        manifest.record_session(Path(plan["durable_dir"]).parent, os.environ.get("SLURM_JOB_ID"), step, hosts)
 
     # ---- the loop
     epochs = cfg["train"]["epochs"]
     total_steps = steps_per_epoch * epochs
     log_every = cfg["train"]["log_every_steps"]
-    metrics = open(out / "metrics.jsonl", "a") if d.is_main else None
+    metrics_file = open(out / "metrics.jsonl", "a") if d.is_main else None
     wait_s = step_s = 0.0
     steps_done = 0
     loss_avg = float("nan")
     log.info("training %s: world %d, %d steps/epoch x %d epochs, global batch %d = %d x %d x %d, %s",
              plan["run"], d.world_size, steps_per_epoch, epochs, plan["batch"]["global"], per_device,
              d.world_size, accum, plan["precision"])
+    gpu = metrics.GpuSampler(d.device)
     t_start = time.perf_counter()
     for epoch in range(start_epoch, epochs):
         sampler.set_epoch(epoch)
@@ -163,10 +176,11 @@ def main(argv=None) -> None:
                 last = micro == accum - 1
                 with par.grad_sync(last):  # reduce gradients once per optimizer step
                     with autocast(d.device, plan["precision"], par.autocast_needed()):
-                        loss = F.cross_entropy(par(x).float(), y) / accum
-                    loss.backward()
+                        loss = loss_fn(par(x), y) / accum
+                    scaler.scale(loss).backward()
                 window_loss += loss.detach()
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             optimizer.zero_grad(set_to_none=True)
             step += 1
             steps_done += 1
@@ -186,21 +200,22 @@ def main(argv=None) -> None:
                 if d.is_main:
                     log.info("step %d/%d | epoch %d | loss %.4f | %.0f samples/s | data wait %.0f%% | ETA %ds",
                              step, total_steps, epoch, loss_avg, rate, 100 * wait_s / step_s, eta)
-                    metrics.write(json.dumps({
+                    metrics_file.write(json.dumps({
                         "step": step, "epoch": epoch, "loss": loss_avg, "samples_per_s": rate,
                         "data_wait_frac": wait_s / step_s, "elapsed_s": elapsed, "time": time.time(),
                     }) + "\n")
-                    metrics.flush()
+                    metrics_file.flush()
 
         if (epoch + 1) % cfg["checkpoint"]["every_epochs"] == 0 or epoch == epochs - 1:
             model_state, optim_state = par.full_state(optimizer)  # a collective: every rank
             if d.is_main:
                 state = {"model": model_state, "optimizer": optim_state, "step": step,
-                         "epoch": epoch, "config": cfg,
+                         "epoch": epoch, "config": cfg, "scaler": scaler.state_dict(),
                          "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}}
                 saved = checkpoint.save(state, fast_dir, step, fingerprint, keep=cfg["checkpoint"]["keep"])
             torch.distributed.barrier()
-    train_s = time.perf_counter() - t_start
+    train_s = metrics.now(d.device) - t_start
+    gpu_figures = gpu.summary()
 
     if args.dump_params:
         Path(args.dump_params).mkdir(parents=True, exist_ok=True)
@@ -210,9 +225,14 @@ def main(argv=None) -> None:
     accuracy, eval_loss = evaluate(par, test_set, d, plan["precision"])
     wait_frac = D.reduce([wait_s / step_s if step_s else 0.0])[0] / d.world_size
     peak = D.reduce([D.peak_memory_bytes(d.device)], op=torch.distributed.ReduceOp.MAX)[0]
-    hosts = D.hostnames()
+    flops_per_step = flops_per_micro * accum * d.world_size          # the whole job, one optimizer step
+    peak_flops = metrics.peak_flops(d.device)
+    achieved = flops_per_step * steps_done / train_s if steps_done else None
+    mfu = achieved / (peak_flops * d.world_size) if achieved and peak_flops else None
+    gpu_util = D.reduce([gpu_figures["gpu_util_mean"] or 0.0])[0] / d.world_size \
+        if gpu_figures["gpu_util_mean"] is not None else None
     if d.is_main:
-        metrics.close()
+        metrics_file.close()
         summary = {
             "run": plan["run"],
             "world_size": d.world_size,
@@ -229,6 +249,19 @@ def main(argv=None) -> None:
             "resumed_from_step": step - steps_done,
             "train_seconds": round(train_s, 3),
             "samples_per_s": round(steps_done * plan["batch"]["global"] / train_s, 2) if steps_done else None,
+            "tokens_per_s": round(steps_done * plan["batch"]["global"] * meta["seq_len"] / train_s, 1)
+            if steps_done and "seq_len" in meta else None,
+            "step_time_s": round(step_s / steps_done, 6) if steps_done else None,
+            "data_wait_s_per_step": round(wait_s / steps_done, 6) if steps_done else None,
+            "compute_s_per_step": round((step_s - wait_s) / steps_done, 6) if steps_done else None,
+            "flops_per_step": flops_per_step,
+            "achieved_tflops": round(achieved / 1e12, 3) if achieved else None,
+            "mfu": round(mfu, 4) if mfu else None,
+            "peak_tflops_per_gpu": peak_flops / 1e12 if peak_flops else None,
+            "gpu_util_mean": gpu_util,
+            "gpu_mem_peak_bytes": gpu_figures["gpu_mem_peak_bytes"],
+            "memory_estimate": plan["memory_estimate"],
+            "activation_checkpointing": plan["activation_checkpointing"],
             "data_wait_frac": round(wait_frac, 4),
             "peak_mem_bytes": int(peak),
             "final_loss": loss_avg if steps_done else None,
@@ -244,4 +277,7 @@ def main(argv=None) -> None:
         write_json_atomic(out / "train.json", summary)
         log.info("done: %d steps, eval accuracy %.4f, %.0f samples/s, checkpoint %s",
                  step, accuracy, summary["samples_per_s"] or 0, saved["path"])
-    D.teardown()
+    # Every rank is done and every file is written. The process group is not destroyed here:
+    # tearing gloo down has deadlocked on the GIL (its worker thread freeing a finished
+    # all-gather while the main thread joined it); scripts/train.py ends the process instead.
+    torch.distributed.barrier()

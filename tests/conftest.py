@@ -35,11 +35,28 @@ def snakemake(workdir: Path, configfile: Path, *args, check=True, env=None, time
                 *args], cwd=workdir, check=check, env=env, timeout=timeout)
 
 
-@pytest.fixture
-def no_aire_env(monkeypatch):
-    """A laptop: none of Aire's variables set, so the local fallbacks apply."""
-    for var in ("SCRATCH", "TMP_SHARED", "TMPDIR", "SLURM_JOB_ID"):
-        monkeypatch.delenv(var, raising=False)
+def launch_training(tmp_path: Path, run_cfg: dict, name: str = "t", dump=None, cwd=None):
+    """plan -> stage -> `airetrain launch` (a real torchrun), as the rules do, in tmp_path."""
+    from airetrain.data import prepare_digits
+    from airetrain.fsutil import write_json_atomic
+    from airetrain.plan import plan_all
+    from airetrain.stage import stage
+
+    scratch = tmp_path / "scratch"
+    config = {"roots": {"scratch": str(scratch), "tmp_shared": str(tmp_path / "fast")}, "runs": {name: run_cfg}}
+    plan = plan_all(config, env={"HOME": "/nonexistent"})[name]
+    if plan["config"]["data"]["name"] == "digits":
+        prepare_digits(scratch / "datasets" / "digits")
+    out = tmp_path / "results" / name
+    write_json_atomic(out / "plan.json", plan)
+    staged = {"target": None}
+    if plan["dataset"]:
+        staged = stage(plan["dataset"], tmp_path / "fast" / "airetrain" / name / "data")
+    write_json_atomic(out / "stage.json", {**staged, "fast_root": str(tmp_path / "fast")})
+    cmd = ["airetrain", "launch", "--plan", str(out / "plan.json"), "--stage", str(out / "stage.json"),
+           "--out", str(out), "--script", str(REPO / "scripts/train.py")]
+    proc = run(cmd, cwd=cwd, env={"AIRETRAIN_DUMP_PARAMS": str(dump)} if dump else None)
+    return out, proc
 
 
 SLURM_DIR = REPO / "tests" / "slurm"

@@ -36,7 +36,7 @@ def test_unknown_top_level_and_defaults_keys():
 
 def test_wrong_value_lists_allowed_values():
     msg = errors_of({"runs": {"a": {"precision": "fp8"}}})
-    assert "runs.a.precision = 'fp8'" in msg and "'bf16', 'fp32'" in msg
+    assert "runs.a.precision = 'fp8'" in msg and "'bf16', 'fp16', 'fp32'" in msg
 
 
 @pytest.mark.parametrize("name", ["a b", "x;rm -rf", "$(id)", "ok/../up"])

@@ -41,7 +41,8 @@ def cluster_runs(slurm_cluster, tmp_path_factory):
             "g6": {**STAND_IN, "gpus": 6, "batch": {"global": 96, "per_device": 16}},
         },
     })
-    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local")}
+    # node-local inside each node; a fresh subdirectory per session, as Aire's $TMPDIR is per job
+    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / work.name)}
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
     t0 = time.monotonic()
     proc = slurm_snakemake(work, cfg, env, "--jobs", "3")
@@ -93,7 +94,8 @@ def test_node_local_fast_root_is_staged_on_every_node(cluster_runs):
     stage = read_json(work / "results/g6/stage.json")
     assert stage["fast_root_source"] == "$TMPDIR" and sorted(stage["nodes"]) == ["labgpu1", "labgpu2"]
     for node in ("labgpu1", "labgpu2"):
-        assert (slurm_state() / "nodetmp" / node / "airetrain-tmp_shared/airetrain/g6/data/meta.json").is_file()
+        node_tmp = slurm_state() / "nodetmp" / node / work.name
+        assert (node_tmp / "airetrain-tmp_shared/airetrain/g6/data/meta.json").is_file()
 
 
 def test_checkpoints_are_promoted_and_the_report_has_job_ids(cluster_runs):
@@ -123,3 +125,30 @@ def test_impossible_request_is_refused_before_any_sbatch(slurm_cluster, tmp_path
     assert proc.returncode != 0
     assert "runs.four.gpus = 4 is impossible" in proc.stdout + proc.stderr
     assert sacct_jobs(slurm_cluster, since) == {}
+
+
+def test_sbatch_export_runs_on_the_cluster_like_the_pipeline(cluster_runs, tmp_path):
+    """`airetrain sbatch demo` (no Snakemake) gives the same training as the pipeline's job did."""
+    work, env, _, _ = cluster_runs
+    cfg = read_json_yaml(work / "config.yaml")
+    cfg["roots"]["scratch"] = str(tmp_path / "scratch")       # a fresh scratch: nothing to resume from
+    cfg_path = write_config(tmp_path / "config.yaml", cfg)
+    text = run(["airetrain", "sbatch", "demo", "--configfile", str(cfg_path), "--workdir", str(tmp_path)],
+               env=env).stdout
+    script = tmp_path / "demo.sbatch"
+    script.write_text(text)
+    run(["bash", "-n", str(script)])
+    assert "#SBATCH --cpus-per-task=2" in text and "#SBATCH --open-mode=append" in text
+    submitted = run(["sbatch", "--parsable", "--wait", str(script)], cwd=tmp_path, env=env, timeout=600)
+    job_id = submitted.stdout.strip().split(";")[0]
+    ours, pipeline = read_json(tmp_path / "results/demo/train.json"), read_json(work / "results/demo/train.json")
+    assert ours["slurm_job_id"] == job_id and ours["steps"] == pipeline["steps"]
+    assert ours["final_loss"] == pytest.approx(pipeline["final_loss"], rel=1e-5)
+    assert ours["eval_accuracy"] == pipeline["eval_accuracy"]
+    assert read_json(tmp_path / "results/demo/checkpoint.json")["verified"]
+    assert read_json(tmp_path / "results/demo/manifest.json")["slurm_job_ids"] == [job_id]
+
+
+def read_json_yaml(path):
+    import yaml
+    return yaml.safe_load(path.read_text())

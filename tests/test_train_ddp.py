@@ -4,28 +4,7 @@ import json
 import pytest
 import torch
 
-from airetrain.data import prepare_digits
-from airetrain.fsutil import write_json_atomic
-from airetrain.plan import plan_all
-from airetrain.stage import stage
-
-from conftest import REPO, read_json, run
-
-
-def launch_training(tmp_path, run_cfg: dict, name: str = "t", dump=None):
-    """plan -> stage -> `airetrain launch` (torchrun), as the rules do, in tmp_path."""
-    scratch = tmp_path / "scratch"
-    prepare_digits(scratch / "datasets" / "digits")
-    config = {"roots": {"scratch": str(scratch), "tmp_shared": str(tmp_path / "fast")}, "runs": {name: run_cfg}}
-    plan = plan_all(config, env={"HOME": "/nonexistent"})[name]
-    out = tmp_path / "results" / name
-    write_json_atomic(out / "plan.json", plan)
-    staged = stage(plan["dataset"], tmp_path / "fast" / "airetrain" / name / "data")
-    write_json_atomic(out / "stage.json", {**staged, "fast_root": str(tmp_path / "fast")})
-    cmd = ["airetrain", "launch", "--plan", str(out / "plan.json"), "--stage", str(out / "stage.json"),
-           "--out", str(out), "--script", str(REPO / "scripts/train.py")]
-    proc = run(cmd, env={"AIRETRAIN_DUMP_PARAMS": str(dump)} if dump else None)
-    return out, proc
+from conftest import launch_training, read_json
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +88,22 @@ def test_fsdp_checkpoint_is_a_plain_full_state_dict(fsdp_vs_ddp):
     summary = read_json(out / "train.json")
     state = torch.load(summary["checkpoint"]["path"], weights_only=True)
     from airetrain.models import small_cnn
-    model = small_cnn([1, 8, 8], 10, 32)
+    model = small_cnn({"shape": [1, 8, 8], "classes": 10}, {"width": 32})
     model.load_state_dict(state["model"])  # strict: every key, unsharded shapes
     assert summary["strategy"] == "fsdp" and summary["eval_accuracy"] > 0.8
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_longer_rerun_resumes_from_the_checkpoint(tmp_path, strategy):
+    """Raising epochs continues from the newest checkpoint (same training config) instead of restarting."""
+    cfg = {"processes": 2, "strategy": strategy, "batch": {"global": 64, "per_device": 32},
+           "train": {"epochs": 1, "log_every_steps": 5}}
+    out, _ = launch_training(tmp_path, cfg)
+    first = read_json(out / "train.json")
+    out, proc = launch_training(tmp_path, {**cfg, "train": {"epochs": 2, "log_every_steps": 5}})
+    second = read_json(out / "train.json")
+    assert second["resumed_from_step"] == first["steps"] == 22
+    assert second["steps"] == 44 and second["steps_this_session"] == 22
+    assert "resumed from" in proc.stdout
+    changed, proc = launch_training(tmp_path, {**cfg, "optim": {"lr": 0.001}})
+    assert read_json(changed / "train.json")["resumed_from_step"] == 0   # another config never resumes

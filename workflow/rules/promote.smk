@@ -3,7 +3,10 @@ rule promote:
         plan="results/{run}/plan.json",
         train="results/{run}/train.json",
     output:
-        "results/{run}/checkpoint.json",
+        checkpoint="results/{run}/checkpoint.json",
+        manifest="results/{run}/manifest.json",
+    params:
+        workflow=workflow.basedir,
     log:
         "logs/{run}/promote.log",
     benchmark:
@@ -17,4 +20,5 @@ rule promote:
     conda:
         "../../envs/aire.yaml"
     shell:
-        "python -m airetrain promote --plan {input.plan:q} --train {input.train:q} --out {output:q} > {log:q} 2>&1"
+        "python -m airetrain promote --plan {input.plan:q} --train {input.train:q} --out {output.checkpoint:q} "
+        "--manifest {output.manifest:q} --workflow-dir {params.workflow:q} > {log:q} 2>&1"

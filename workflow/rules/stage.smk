@@ -17,7 +17,7 @@ if DIGITS_DATASETS:
 rule stage:
     input:
         plan="results/{run}/plan.json",
-        data=lambda w: PLANS[w.run]["dataset"],
+        data=lambda w: PLANS[w.run]["dataset"] or [],
     output:
         "results/{run}/stage.json",
     log:
