@@ -20,9 +20,9 @@ def _load_plans(configfiles: list[str]) -> dict:
 
 
 def _plan(args) -> None:
-    from .plan import format_table
+    from .plan import format_table, resolve_strategy
 
-    plans = _load_plans(args.configfile)
+    plans = {name: resolve_strategy(plan) for name, plan in _load_plans(args.configfile).items()}
     print(format_table(plans))
     if args.write:
         from .fsutil import write_json_atomic
@@ -33,10 +33,12 @@ def _plan(args) -> None:
 def _sbatch(args) -> None:
     from .sbatch import script
 
+    from .plan import resolve_strategy
+
     plans = _load_plans(args.configfile)
     if args.run not in plans:
         raise ConfigError(f"no run {args.run!r} in {', '.join(args.configfile)}; runs: {', '.join(plans)}")
-    print(script(plans[args.run], args.workdir, Path(__file__).resolve().parents[1]), end="")
+    print(script(resolve_strategy(plans[args.run]), args.workdir, Path(__file__).resolve().parents[1]), end="")
 
 
 def _doctor(args) -> None:

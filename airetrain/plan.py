@@ -98,23 +98,14 @@ def _dataset_path(name: str, data: dict, scratch: Root, problems: list[str]) -> 
     return path if path.is_absolute() else scratch.path / path
 
 
-def _strategy(name, run, device, world, per_device, dataset, problems) -> tuple[str, dict | None, list[str]]:
-    """DDP or FSDP (auto: from the memory estimate), and what cannot work with it."""
-    from . import estimate
-
-    memory = None
-    strategy = run["strategy"]
-    if strategy == "auto":
-        memory = estimate.estimate(run, estimate.dataset_meta(run["data"], dataset and str(dataset)), world,
-                                   per_device)
-        strategy = memory["decision"]
-    if strategy == "fsdp" and run["precision"] == "fp16":
-        problems.append(f"runs.{name}.precision = 'fp16' with FSDP is not supported (it needs a sharded "
-                        "GradScaler); use precision: bf16, which needs no scaler")
+def _trainer_checks(name, run, device, problems) -> list[str]:
+    """Refusals and warnings about the trainer's options that need no model."""
+    if run["strategy"] == "fsdp":
+        _fsdp_checks(name, run, problems)
     if run["fsdp_cpu_offload"] and device != "cuda":
         problems.append(f"runs.{name}.fsdp_cpu_offload needs a GPU: without one there is nothing to offload "
                         "from; remove it for CPU runs")
-    if run["fsdp_cpu_offload"] and strategy != "fsdp":
+    if run["fsdp_cpu_offload"] and run["strategy"] == "ddp":
         problems.append(f"runs.{name}.fsdp_cpu_offload applies to FSDP only; set strategy: fsdp or remove it")
     if run["model"]["name"] in ("vit", "gpt") and run["model"]["width"] % run["model"]["heads"]:
         problems.append(f"runs.{name}.model.heads = {run['model']['heads']} does not divide model.width = "
@@ -124,12 +115,44 @@ def _strategy(name, run, device, world, per_device, dataset, problems) -> tuple[
         if run["model"]["width"] % 8:
             warnings.append(f"run {name}: model.width = {run['model']['width']} is not a multiple of 8: "
                             "tensor cores run slower on such shapes")
-        if per_device % 8:
-            warnings.append(f"run {name}: batch.per_device = {per_device} is not a multiple of 8: "
+        if run["batch"]["per_device"] % 8:
+            warnings.append(f"run {name}: batch.per_device = {run['batch']['per_device']} is not a multiple of 8: "
                             "tensor cores run slower on such shapes")
     elif run["compile"]:
         warnings.append(f"run {name}: compile is ignored on CPU")
-    return strategy, memory, warnings
+    return warnings
+
+
+def _fsdp_checks(name, run, problems) -> None:
+    if run["precision"] == "fp16":
+        problems.append(f"runs.{name}.precision = 'fp16' with FSDP is not supported (it needs a sharded "
+                        "GradScaler); use precision: bf16, which needs no scaler")
+
+
+def resolve_strategy(plan: dict) -> dict:
+    """The plan with `strategy: auto` decided from the memory estimate (plan.json holds this).
+
+    Kept out of plan_run: the estimate imports torch, which would slow every `snakemake -n`.
+    """
+    from . import estimate
+
+    if plan["strategy"] != "auto":
+        return plan
+    run = plan["config"]
+    if plan["device"] == "cpu":
+        memory = {"decision": "ddp", "reason": "CPU run: no GPU memory budget applies; DDP"}
+    else:
+        memory = estimate.estimate(run, estimate.dataset_meta(run["data"], plan["dataset"]), plan["world_size"],
+                                   plan["batch"]["per_device"])
+    problems: list[str] = []
+    if memory["decision"] == "fsdp":
+        _fsdp_checks(plan["run"], run, problems)
+    if problems:
+        raise ConfigError(f"run {plan['run']!r} refused after the memory estimate chose FSDP "
+                          f"({memory['reason']}):\n  - " + "\n  - ".join(problems))
+    return {**plan, "strategy": memory["decision"], "memory_estimate": memory,
+            "activation_checkpointing": run["activation_checkpointing"] is True or (
+                run["activation_checkpointing"] == "auto" and memory["decision"] == "fsdp")}
 
 
 def _check_not_home(key: str, path: Path, explicit: bool, env, problems: list[str]) -> None:
@@ -183,7 +206,7 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
     if top["roots"]["tmp_shared"]:
         _check_not_home("roots.tmp_shared", Path(top["roots"]["tmp_shared"]), True, env, problems)
 
-    strategy, memory, warnings = _strategy(name, run, device, world, batch["per_device"], dataset, problems)
+    warnings = _trainer_checks(name, run, device, problems)
 
     if problems:
         raise ConfigError(f"run {name!r} refused:\n  - " + "\n  - ".join(problems))
@@ -197,10 +220,9 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
         "nodes": nodes,
         "nproc_per_node": nproc,
         "world_size": world,
-        "strategy": strategy,
-        "activation_checkpointing": run["activation_checkpointing"] is True or (
-            run["activation_checkpointing"] == "auto" and run["strategy"] == "auto" and strategy == "fsdp"),
-        "memory_estimate": memory,
+        "strategy": run["strategy"],  # auto is decided by resolve_strategy when plan.json is written
+        "activation_checkpointing": run["activation_checkpointing"] is True,
+        "memory_estimate": None,
         "warnings": warnings,
         "precision": run["precision"],
         "batch": batch,

@@ -39,12 +39,12 @@ def launch_training(tmp_path: Path, run_cfg: dict, name: str = "t", dump=None, c
     """plan -> stage -> `airetrain launch` (a real torchrun), as the rules do, in tmp_path."""
     from airetrain.data import prepare_digits
     from airetrain.fsutil import write_json_atomic
-    from airetrain.plan import plan_all
+    from airetrain.plan import plan_all, resolve_strategy
     from airetrain.stage import stage
 
     scratch = tmp_path / "scratch"
     config = {"roots": {"scratch": str(scratch), "tmp_shared": str(tmp_path / "fast")}, "runs": {name: run_cfg}}
-    plan = plan_all(config, env={"HOME": "/nonexistent"})[name]
+    plan = resolve_strategy(plan_all(config, env={"HOME": "/nonexistent"})[name])
     if plan["config"]["data"]["name"] == "digits":
         prepare_digits(scratch / "datasets" / "digits")
     out = tmp_path / "results" / name

@@ -7,7 +7,7 @@ import torch
 from airetrain import config
 from airetrain.errors import ConfigError
 from airetrain.models import MODELS, build
-from airetrain.plan import plan_all
+from airetrain.plan import plan_all, resolve_strategy
 
 from conftest import launch_training, read_json
 
@@ -16,12 +16,13 @@ SYNTHETIC = {"name": "synthetic", "samples": 256, "shape": [3, 16, 16], "classes
 
 
 def plan(run_cfg):
-    return plan_all({"runs": {"r": run_cfg}}, env=ENV)["r"]
+    """The plan as plan.json holds it: auto decided."""
+    return resolve_strategy(plan_all({"runs": {"r": run_cfg}}, env=ENV)["r"])
 
 
 def test_auto_picks_fsdp_when_the_estimate_exceeds_the_budget_and_ddp_otherwise():
-    gpt = {"model": {"name": "gpt", "width": 256, "depth": 4, "heads": 4},
-           "data": {"name": "synthetic", "vocab": 1000, "seq_len": 64}, "batch": {"global": 64, "per_device": 32}}
+    gpt = {"gpus": 3, "model": {"name": "gpt", "width": 256, "depth": 4, "heads": 4},
+           "data": {"name": "synthetic", "vocab": 1000, "seq_len": 64}, "batch": {"global": 96, "per_device": 32}}
     roomy, tight = plan({**gpt, "strategy": "auto"}), plan({**gpt, "strategy": "auto", "memory_budget_gb": 0.05})
     assert roomy["strategy"] == "ddp" and tight["strategy"] == "fsdp"
     est = tight["memory_estimate"]
@@ -30,10 +31,12 @@ def test_auto_picks_fsdp_when_the_estimate_exceeds_the_budget_and_ddp_otherwise(
     assert "over the 0.05 GB budget" in est["reason"]
     assert tight["activation_checkpointing"] and not roomy["activation_checkpointing"]
     assert plan({**gpt, "strategy": "ddp"})["memory_estimate"] is None  # asked for: no estimate
+    cpu = plan({"strategy": "auto"})
+    assert cpu["strategy"] == "ddp" and cpu["memory_estimate"]["reason"].startswith("CPU run")
 
 
 def test_estimate_counts_parameters_exactly():
-    est = plan({"strategy": "auto", "model": {"name": "resnet18", "width": 16}, "data": SYNTHETIC,
+    est = plan({"gpus": 1, "strategy": "auto", "model": {"name": "resnet18", "width": 16}, "data": SYNTHETIC,
                 "batch": {"global": 64, "per_device": 32}})["memory_estimate"]
     model = build({"name": "resnet18", "width": 16}, {"shape": [3, 16, 16], "classes": 10})
     assert est["parameters"] == sum(p.numel() for p in model.parameters())
@@ -43,6 +46,8 @@ def test_estimate_counts_parameters_exactly():
 @pytest.mark.parametrize("bad,message", [
     ({"strategy": "fsdp", "precision": "fp16"}, "fp16' with FSDP is not supported"),
     ({"strategy": "fsdp", "fsdp_cpu_offload": True}, "fsdp_cpu_offload needs a GPU"),
+    ({"gpus": 1, "strategy": "auto", "memory_budget_gb": 0.001, "precision": "fp16",
+      "batch": {"global": 32, "per_device": 32}}, "after the memory estimate chose FSDP"),
     ({"model": {"name": "vit", "width": 30, "heads": 4}}, "heads = 4 does not divide model.width = 30"),
 ])
 def test_impossible_trainer_options_are_refused(bad, message):
@@ -82,15 +87,16 @@ def test_each_precision_trains(tmp_path, precision):
     assert s["mfu"] is None and s["gpu_util_mean"] is None and s["peak_tflops_per_gpu"] is None  # CPU: never invented
 
 
-def test_gpt_with_auto_fsdp_and_activation_checkpointing_trains(tmp_path):
+def test_gpt_with_fsdp_and_activation_checkpointing_trains(tmp_path):
     out, _ = launch_training(tmp_path, {
-        "strategy": "auto", "memory_budget_gb": 0.001, "model": {"name": "gpt", "width": 64, "depth": 2, "heads": 4},
+        "strategy": "fsdp", "activation_checkpointing": True,
+        "model": {"name": "gpt", "width": 64, "depth": 2, "heads": 4},
         "data": {"name": "synthetic", "samples": 128, "vocab": 50, "seq_len": 16},
         "batch": {"global": 32, "per_device": 8}, "train": {"epochs": 2, "log_every_steps": 2}, "precision": "bf16"})
     s = read_json(out / "train.json")
     assert s["strategy"] == "fsdp" and s["activation_checkpointing"] is True
     assert s["tokens_per_s"] == pytest.approx(s["samples_per_s"] * 16, rel=0.01)
-    assert s["grad_accum"] == 2 and s["memory_estimate"]["decision"] == "fsdp"
+    assert s["grad_accum"] == 2
     state = torch.load(s["checkpoint"]["path"], weights_only=True)
     assert not any("checkpoint_wrapped" in k for k in state["model"])  # plain names
 

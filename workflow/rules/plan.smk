@@ -8,5 +8,6 @@ rule plan:
     localrule: True
     run:
         from airetrain.fsutil import write_json_atomic
+        from airetrain.plan import resolve_strategy
 
-        write_json_atomic(output[0], params.plan)
+        write_json_atomic(output[0], resolve_strategy(params.plan))
