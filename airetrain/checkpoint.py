@@ -12,12 +12,11 @@ import hashlib
 import io
 import json
 import logging
-import os
 from pathlib import Path
 
 import torch
 
-from .fsutil import commit, read_json, sha256_file, tmp_name, write_json_atomic
+from .fsutil import read_json, sha256_file, write_bytes_atomic, write_json_atomic
 
 log = logging.getLogger("airetrain.checkpoint")
 MANIFEST = "manifest.json"
@@ -75,12 +74,7 @@ def save(state: dict, directory: str | Path, step: int, fingerprint: str, keep: 
     torch.save(state, buffer)
     data = buffer.getbuffer()
     final = directory / file_name(step)
-    tmp = tmp_name(final)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    commit(tmp, final)
+    write_bytes_atomic(final, data)
     entry = {"file": final.name, "step": step, "epoch": state.get("epoch"), "size": len(data),
              "sha256": hashlib.sha256(data).hexdigest(), "fingerprint": fingerprint}
     record(directory, entry, keep)

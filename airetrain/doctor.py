@@ -36,9 +36,8 @@ def report() -> list[str]:
     for name in TORCH_VARIABLES:
         if os.environ.get(name):
             lines.append(f"{name}={os.environ[name]}")
-    try:
-        import pynvml  # noqa: F401
-        lines.append("nvidia-ml-py: installed (GPU use is sampled)")
-    except ImportError:
-        lines.append("nvidia-ml-py: not installed (GPU use is not sampled)")
+    from importlib.util import find_spec
+
+    lines.append("nvidia-ml-py: " + ("installed (GPU use is sampled)" if find_spec("pynvml")
+                                     else "not installed (GPU use is not sampled)"))
     return lines

@@ -74,6 +74,8 @@ class Parallel:
             get_optimizer_state_dict(self.model, optimizer, options=FULL)
 
     def load_full_state(self, optimizer, model_state: dict, optim_state: dict) -> None:
-        """Every rank holds the full state (each loaded the file); separate calls, no broadcast."""
-        set_model_state_dict(self.model, model_state, options=FULL)
-        set_optimizer_state_dict(self.model, optimizer, optim_state, options=FULL)
+        """Rank 0 holds the full state (it alone may see the file: a node-local fast root);
+        the others pass empty dicts and receive it. Two separate calls: one combined call hangs."""
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(self.model, model_state, options=options)
+        set_optimizer_state_dict(self.model, optimizer, optim_state, options=options)

@@ -129,20 +129,22 @@ def main(argv=None) -> None:
     optimizer = make_optimizer(cfg["optim"], model.parameters())
     scaler = torch.amp.GradScaler(d.device.type, enabled=plan["precision"] == "fp16")
 
-    # ---- resume from the newest checkpoint that verifies, on the fast root or on scratch
+    # ---- resume from the newest checkpoint that verifies, on the fast root or on scratch.
+    # Rank 0 decides and sends the state: on a node-local fast root only its node sees the file.
     fast_dir = run_dir(Path(staged["fast_root"]), plan["run"]) / "checkpoints"
-    step, start_epoch = 0, 0
     fingerprint = checkpoint.fingerprint(cfg)
-    found = checkpoint.load_latest([fast_dir, plan["durable_dir"]], fingerprint)
-    saved = None
-    if found:
-        state, path, saved = found
-        saved = {**saved, "path": str(path)}
+    found = checkpoint.load_latest([fast_dir, plan["durable_dir"]], fingerprint) if d.is_main else None
+    header = [{"step": found[0]["step"], "epoch": found[0]["epoch"], "entry": {**found[2], "path": str(found[1])},
+               "scaler": found[0].get("scaler")} if found else None]
+    torch.distributed.broadcast_object_list(header, src=0)
+    step, start_epoch, saved = 0, 0, None
+    if header[0]:
+        state = found[0] if d.is_main else {"model": {}, "optimizer": {}}
         par.load_full_state(optimizer, state["model"], state["optimizer"])
-        if "scaler" in state:
-            scaler.load_state_dict(state["scaler"])
-        step, start_epoch = state["step"], state["epoch"] + 1
-        log.info("resumed from %s (step %d, epoch %d)", path, step, state["epoch"])
+        if header[0]["scaler"]:
+            scaler.load_state_dict(header[0]["scaler"])
+        step, start_epoch, saved = header[0]["step"], header[0]["epoch"] + 1, header[0]["entry"]
+        log.info("resumed from %s (step %d, epoch %d)", saved["path"], step, header[0]["epoch"])
     seed_all(seed + 1000 * d.rank + start_epoch)
     hosts = D.hostnames()
     if d.is_main:

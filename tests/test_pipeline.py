@@ -1,6 +1,5 @@
 """The whole demo pipeline with `snakemake --cores 2` in a temporary directory: every output checked."""
 import csv
-import json
 
 import pytest
 import torch

@@ -4,7 +4,7 @@ import pytest
 from airetrain.errors import ConfigError
 from airetrain.plan import plan_all
 
-from conftest import REPO, run, write_config
+from conftest import run, write_config
 
 ENV = {"HOME": "/home/user", "SCRATCH": "/scratch/user"}
 

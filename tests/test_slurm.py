@@ -4,7 +4,6 @@ The emulated GPUs have no CUDA, so GPU plans run with the explicit CPU stand-in 
 TMPDIR points at the cluster's node-local directory, so $TMP_SHARED's fallback is node-local and the
 2-node run must stage on both nodes.
 """
-import subprocess
 import time
 
 import pytest
@@ -15,6 +14,11 @@ pytestmark = pytest.mark.slurm
 
 STAND_IN = {"device": "cpu", "precision": "fp32", "cpus_per_rank": 1, "mem_gb_per_rank": 2,
             "train": {"epochs": 3, "log_every_steps": 5}, "time_min": {"stage": 5, "train": 10, "promote": 5}}
+
+
+def unique(path) -> str:
+    """A name no earlier session used (pytest reuses basenames like slurm0 across sessions)."""
+    return f"{path.parent.name}-{path.name}"
 
 
 def sacct_jobs(env, since: str) -> dict[str, dict]:
@@ -42,7 +46,7 @@ def cluster_runs(slurm_cluster, tmp_path_factory):
         },
     })
     # node-local inside each node; a fresh subdirectory per session, as Aire's $TMPDIR is per job
-    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / work.name)}
+    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
     t0 = time.monotonic()
     proc = slurm_snakemake(work, cfg, env, "--jobs", "3")
@@ -94,7 +98,7 @@ def test_node_local_fast_root_is_staged_on_every_node(cluster_runs):
     stage = read_json(work / "results/g6/stage.json")
     assert stage["fast_root_source"] == "$TMPDIR" and sorted(stage["nodes"]) == ["labgpu1", "labgpu2"]
     for node in ("labgpu1", "labgpu2"):
-        node_tmp = slurm_state() / "nodetmp" / node / work.name
+        node_tmp = slurm_state() / "nodetmp" / node / unique(work)
         assert (node_tmp / "airetrain-tmp_shared/airetrain/g6/data/meta.json").is_file()
 
 
@@ -131,8 +135,9 @@ def test_sbatch_export_runs_on_the_cluster_like_the_pipeline(cluster_runs, tmp_p
     """`airetrain sbatch demo` (no Snakemake) gives the same training as the pipeline's job did."""
     work, env, _, _ = cluster_runs
     cfg = read_json_yaml(work / "config.yaml")
-    cfg["roots"]["scratch"] = str(tmp_path / "scratch")       # a fresh scratch: nothing to resume from
+    cfg["roots"]["scratch"] = str(tmp_path / "scratch")       # fresh roots: nothing to resume from
     cfg_path = write_config(tmp_path / "config.yaml", cfg)
+    env = {**env, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(tmp_path))}
     text = run(["airetrain", "sbatch", "demo", "--configfile", str(cfg_path), "--workdir", str(tmp_path)],
                env=env).stdout
     script = tmp_path / "demo.sbatch"

@@ -6,7 +6,7 @@ from airetrain.errors import ConfigError
 from airetrain.plan import plan_all
 from airetrain.sweep import format_value
 
-from conftest import REPO, read_json, snakemake, write_config
+from conftest import read_json, snakemake, write_config
 
 ENV = {"HOME": "/home/user", "SCRATCH": "/scratch/user"}
 
