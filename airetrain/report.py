@@ -3,6 +3,7 @@
 Sources, per run directory results/<run>/:
     train.json         the trainer's own figures (throughput, data wait, accuracy, job id)
     plan.json          what was asked for (cores, memory, time)
+    SLURM accounting   one `sacct` call for every run's job (airetrain.sacct), where there is sacct
     benchmarks/*.tsv   Snakemake `benchmark:` files: wall time, CPU time, peak RSS of each step
                        (the fallback without SLURM accounting)
 """
@@ -27,6 +28,7 @@ COLUMNS = {
     "eval_accuracy": "accuracy on the held-out split",
     "world_size": "ranks",
     "slurm_job_id": "SLURM job id (empty outside SLURM)",
+    "source": "where elapsed, cpu_eff and memory come from: sacct, or benchmark (Snakemake's, local runs)",
 }
 
 
@@ -36,14 +38,20 @@ def _benchmarks(run_dir: Path) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
-def run_row(run_dir: Path) -> dict:
+def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
     row = {"run": run_dir.name}
     plan = read_json(run_dir / "plan.json") if (run_dir / "plan.json").exists() else {}
     train = read_json(run_dir / "train.json") if (run_dir / "train.json").exists() else None
     promoted = (run_dir / "checkpoint.json").exists()
     row["state"] = "missing" if train is None else ("done" if promoted else "trained")
     bench = _benchmarks(run_dir)
-    if bench is not None:
+    job = (accounting or {}).get(str((train or {}).get("slurm_job_id")))
+    if job:  # the whole allocation, every node: what seff would show
+        row.update({"elapsed_s": job["elapsed_s"], "cpu_eff": _round(job["cpu_eff"]),
+                    "max_rss_mb": round(job["max_rss_mb"], 1), "mem_eff": _round(job["mem_eff"]),
+                    "source": "sacct"})
+    elif bench is not None:
+        row["source"] = "benchmark"
         elapsed, cpu = bench["s"].sum(), bench["cpu_time"].sum()
         cores = plan.get("cpus_per_node", 1) * plan.get("nodes", 1)
         row["elapsed_s"] = round(float(elapsed), 2)
@@ -57,8 +65,17 @@ def run_row(run_dir: Path) -> dict:
     return row
 
 
+def _round(value):
+    return round(value, 4) if value is not None else None
+
+
 def table(results: str | Path, runs: list[str]) -> pd.DataFrame:
-    rows = [run_row(Path(results) / run) for run in runs]
+    from .sacct import query
+
+    job_ids = [read_json(p).get("slurm_job_id") for run in runs
+               if (p := Path(results) / run / "train.json").exists()]
+    accounting = query(job_ids)  # one call for all runs
+    rows = [run_row(Path(results) / run, accounting) for run in runs]
     return pd.DataFrame(rows).reindex(columns=list(COLUMNS))
 
 

@@ -61,6 +61,7 @@ def test_efficiency_table_has_one_row_per_run(demo):
     for col in ("state", "elapsed_s", "cpu_eff", "max_rss_mb", "samples_per_s", "data_wait_frac", "eval_accuracy"):
         assert row[col] != "", col
     assert row["state"] == "done" and 0 < float(row["cpu_eff"]) <= 1.5 and float(row["elapsed_s"]) > 0
+    assert row["source"] == "benchmark"   # no SLURM job: Snakemake's benchmark files
     md = (work / "results/report/efficiency.md").read_text()
     assert md.startswith("| run | state | elapsed_s | cpu_eff") and "digits-ddp" in md
 

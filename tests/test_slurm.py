@@ -108,6 +108,11 @@ def test_checkpoints_are_promoted_and_the_report_has_job_ids(cluster_runs):
         assert read_json(work / f"results/{run_name}/checkpoint.json")["verified"]
     md = (work / "results/report/efficiency.md").read_text()
     assert all(job_id in md for job_id in jobs)
+    import csv
+    rows = {r["run"]: r for r in csv.DictReader(open(work / "results/report/efficiency.csv"))}
+    for run_name in ("demo", "g3", "g6"):   # from one sacct call, over the whole allocation
+        assert rows[run_name]["source"] == "sacct"
+        assert 0 < float(rows[run_name]["cpu_eff"]) <= 1.0 and float(rows[run_name]["max_rss_mb"]) > 100
 
 
 def test_dry_run_with_the_aire_profile_submits_nothing_and_shows_the_plan(slurm_cluster, tmp_path):
