@@ -55,10 +55,9 @@ def _prepare(args) -> None:
 def _stage(args) -> None:
     import os
     import socket
-    import subprocess
 
     from .fsutil import read_json, write_json_atomic
-    from .launch import srun_per_node
+    from .launch import on_every_node
     from .roots import resolve_root, run_dir
     from .stage import stage
 
@@ -73,9 +72,7 @@ def _stage(args) -> None:
     if fast.node_local and plan["nodes"] > 1 and os.environ.get("SLURM_JOB_ID") and not args.this_node:
         # Node-local fast storage ($TMPDIR): every node needs its own copy before training.
         print(f"{fast.path} is node-local: staging on each of {plan['nodes']} nodes", flush=True)
-        cmd = [*srun_per_node(plan), sys.executable, "-m", "airetrain", "stage", "--plan", args.plan,
-               "--out", args.out, "--this-node"]
-        subprocess.run(cmd, check=True)
+        on_every_node(plan, ["stage", "--plan", args.plan, "--out", args.out, "--this-node"])
         per_node = {p.stem.split(".", 1)[1]: read_json(p) for p in sorted(out.parent.glob(f"{out.stem}.*.json"))}
         first = per_node[min(per_node)]
         write_json_atomic(out, {**first, "nodes": per_node})

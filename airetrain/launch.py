@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
-
-
-def master_port(job_id: int) -> int:
-    """Rendezvous port from the job id, as Aire users do: distinct jobs rarely collide on a node."""
-    return 10000 + job_id % 20000
 
 
 def torchrun_command(plan: dict, script: str, script_args: list[str]) -> list[str]:
@@ -33,6 +29,7 @@ def srun_per_node(plan: dict) -> list[str]:
 def srun_command(plan: dict, inner: list[str]) -> list[str]:
     """One task per node runs torchrun; shell variables in the torchrun args expand in each task."""
     exports = "export AIRETRAIN_MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1); "
+    # rendezvous port from the job id, as Aire users do: distinct jobs rarely collide on a node
     exports += "export AIRETRAIN_MASTER_PORT=$((10000 + SLURM_JOB_ID % 20000)); "
     # our own torchrun args carry $VARIABLES meant for the task's shell; everything else is quoted
     words = [w if w.startswith("--") and "$" in w else shlex.quote(w) for w in inner]
@@ -43,6 +40,17 @@ def command(plan: dict, script: str, script_args: list[str], env=None) -> list[s
     env = os.environ if env is None else env
     inner = torchrun_command(plan, script, script_args)
     return srun_command(plan, inner) if env.get("SLURM_JOB_ID") else inner
+
+
+def on_every_node(plan: dict, argv: list[str]) -> None:
+    """Run `python -m airetrain <argv>` once on each node of the job (e.g. staging to node-local disk)."""
+    subprocess.run([*srun_per_node(plan), sys.executable, "-m", "airetrain", *argv], check=True)
+
+
+def export_python_path(directory: str) -> None:
+    """Put directory first on PYTHONPATH, so every job (local, SLURM, conda) imports this package."""
+    current = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [directory, current]))
 
 
 def run(plan: dict, script: str, script_args: list[str]) -> None:

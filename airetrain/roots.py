@@ -67,8 +67,3 @@ def run_dir(root: Path, run: str) -> Path:
     """Everything of one run under a root: <root>/airetrain/<run>."""
     return root / "airetrain" / run
 
-
-def export_python_path(directory: str) -> None:
-    """Put directory first on PYTHONPATH, so every job (local, SLURM, conda) imports this package."""
-    current = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [directory, current]))

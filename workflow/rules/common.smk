@@ -8,7 +8,7 @@ from snakemake.utils import validate
 # The package, importable here and in every job (local, SLURM, --use-conda) without installing it.
 sys.path.insert(0, workflow.basedir)
 
-from airetrain.roots import export_python_path
+from airetrain.launch import export_python_path
 
 export_python_path(workflow.basedir)
 
