@@ -1,10 +1,17 @@
-"""Checkpoint files: atomic save, verification, discovery of the newest valid one.
+"""Checkpoint files on disk: atomic writes, manifests with sha256s, verification, the newest valid one.
 
-Format (a plain file any PyTorch user can read, no airetrain needed):
-    torch.load(path, weights_only=True) -> {
-        "model": state_dict, "optimizer": state_dict, "step": int, "epoch": int,
-        "config": the run's resolved config, "rng": {"torch": ByteTensor, "python": tuple}}
-Each checkpoint directory has a manifest.json listing file, step, epoch, size and sha256.
+Two layouts, both readable without airetrain:
+- "file" (DDP): step-00000100.pt, one file written by rank 0:
+    torch.load(path, weights_only=True) -> {"model": state_dict, "optimizer": state_dict,
+                                           "trainer": trainer state (below)}
+- "dcp" (FSDP): step-00000100.dcp/, a torch.distributed.checkpoint directory (each rank writes its
+  own shards; load it at any world size, or convert it with
+  torch.distributed.checkpoint.format_utils.dcp_to_torch_save), plus trainer.pt with the trainer state.
+The trainer state: step, epoch, step_in_epoch, config, scaler, scheduler, and every rank's RNG states.
+
+Each directory has a manifest.json listing, per checkpoint, its step, epoch, size, fingerprint and
+sha256 (for a directory: of every file, and one sha256 over that list). A checkpoint counts only once
+its manifest entry exists; entries are written after the data is complete, fsynced and renamed.
 """
 from __future__ import annotations
 
@@ -12,14 +19,17 @@ import hashlib
 import io
 import json
 import logging
+import os
+import shutil
 from pathlib import Path
 
 import torch
 
-from .fsutil import read_json, sha256_file, write_bytes_atomic, write_json_atomic
+from .fsutil import commit, fsync_dir, read_json, sha256_file, write_bytes_atomic, write_json_atomic
 
 log = logging.getLogger("airetrain.checkpoint")
 MANIFEST = "manifest.json"
+TRAINER_FILE = "trainer.pt"
 
 
 class CheckpointError(RuntimeError):
@@ -33,7 +43,7 @@ _NOT_FINGERPRINTED_NESTED = {("data", "workers"), ("data", "verify_sha256"), ("t
                              ("train", "epochs")}
 
 
-FORMAT = 2  # bump when the checkpoint's layout changes: older files are then never resumed from
+FORMAT = 3  # bump when the checkpoint's layout changes: older files are then never resumed from
 
 
 def fingerprint(config: dict) -> str:
@@ -45,8 +55,13 @@ def fingerprint(config: dict) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def file_name(step: int) -> str:
-    return f"step-{step:08d}.pt"
+def file_name(step: int, kind: str = "file") -> str:
+    return f"step-{step:08d}." + ("pt" if kind == "file" else "dcp")
+
+
+def tmp_dir_name(step: int) -> str:
+    """Where a sharded checkpoint is written before its rename (the same name on every rank)."""
+    return f".{file_name(step, 'dcp')}.partial"
 
 
 def _manifest(directory: Path) -> dict:
@@ -54,49 +69,120 @@ def _manifest(directory: Path) -> dict:
     return read_json(path) if path.exists() else {"checkpoints": []}
 
 
+def entries(directory: str | Path) -> list[dict]:
+    directory = Path(directory)
+    return _manifest(directory)["checkpoints"] if directory.is_dir() else []
+
+
+def remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def record(directory: Path, entry: dict, keep: int | None = None) -> None:
-    """Add entry to the directory's manifest; with keep, delete all but the newest `keep` files."""
+    """Add entry to the directory's manifest; with keep, delete all but the newest `keep` checkpoints.
+
+    The caller has verified the new checkpoint, so an older one is only removed once a newer,
+    verified one is in the same directory."""
     manifest = _manifest(directory)
-    entries = [e for e in manifest["checkpoints"] if e["file"] != entry["file"]] + [entry]
-    entries.sort(key=lambda e: e["step"])
-    dropped = entries[:-keep] if keep else []
-    manifest["checkpoints"] = entries[-keep:] if keep else entries
+    entry = {k: v for k, v in entry.items() if k not in ("path", "source", "mode", "verified")}
+    kept = [e for e in manifest["checkpoints"] if e["file"] != entry["file"]] + [entry]
+    kept.sort(key=lambda e: e["step"])
+    dropped = kept[:-keep] if keep else []
+    manifest["checkpoints"] = kept[-keep:] if keep else kept
     write_json_atomic(directory / MANIFEST, manifest)  # the manifest first: it never names a deleted file
     for old in dropped:
-        (directory / old["file"]).unlink(missing_ok=True)
+        remove(directory / old["file"])
 
 
-def save(state: dict, directory: str | Path, step: int, fingerprint: str, keep: int | None = None) -> dict:
-    """Serialize, write to a temporary name, fsync, rename, record in the manifest."""
+def clean_partial(directory: str | Path) -> None:
+    """Remove what killed saves left behind: temporary files and unfinished DCP directories.
+    Never a checkpoint: those have final names, and only the manifest makes them count."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    for path in directory.glob(".*") if directory.is_dir() else []:
+        if ".tmp." in path.name or path.name.endswith(".partial") or ".old." in path.name:
+            remove(path)
+
+
+def _digest_of(files: dict[str, str]) -> str:
+    return hashlib.sha256("".join(f"{n}:{h}\n" for n, h in sorted(files.items())).encode()).hexdigest()
+
+
+def serialize(state: dict) -> memoryview:
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    data = buffer.getbuffer()
+    return buffer.getbuffer()
+
+
+def write_file(state: dict, directory: str | Path, step: int, fingerprint: str) -> dict:
+    """DDP: serialize, write to a temporary name, fsync, rename, fsync the directory. Not yet recorded."""
+    directory = Path(directory)
+    data = serialize(state)
     final = directory / file_name(step)
     write_bytes_atomic(final, data)
-    entry = {"file": final.name, "step": step, "epoch": state.get("epoch"), "size": len(data),
-             "sha256": hashlib.sha256(data).hexdigest(), "fingerprint": fingerprint}
-    record(directory, entry, keep)
-    return {**entry, "path": str(final)}
+    trainer = state["trainer"]
+    return {"file": final.name, "kind": "file", "step": step, "epoch": trainer["epoch"], "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(), "fingerprint": fingerprint, "path": str(final)}
 
 
-def load_verified(path: str | Path, sha256: str | None = None) -> dict:
-    """Load a checkpoint safely (weights_only=True) after checking its hash, if one is known."""
-    path = Path(path)
-    if sha256 is not None and sha256_file(path) != sha256:
-        raise CheckpointError(f"{path}: sha256 does not match its manifest (corrupt or truncated)")
+def commit_dir(partial: Path, trainer: dict, fingerprint: str) -> dict:
+    """FSDP: add trainer.pt to a complete DCP directory, fsync and hash every file, rename it into place."""
+    write_bytes_atomic(partial / TRAINER_FILE, serialize(trainer))
+    files = {}
+    for path in sorted(p for p in partial.iterdir() if p.is_file()):
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+        files[path.name] = sha256_file(path)
+    fsync_dir(partial)
+    final = partial.with_name(file_name(trainer["step"], "dcp"))
+    if final.exists():   # a leftover from an earlier session at the same step: replace it
+        remove(final)
+    commit(partial, final)
+    size = sum((final / n).stat().st_size for n in files)
+    return {"file": final.name, "kind": "dcp", "step": trainer["step"], "epoch": trainer["epoch"], "size": size,
+            "sha256": _digest_of(files), "files": files, "fingerprint": fingerprint, "path": str(final)}
+
+
+def _load(path: Path):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated zip, flipped bits, foreign pickle
         raise CheckpointError(f"{path}: does not load with weights_only=True: {e}") from e
 
 
+def verify(path: str | Path, entry: dict) -> dict:
+    """Check every byte against the manifest's sha256s, then load safely (weights_only=True).
+
+    Returns the whole state of a file checkpoint, or the trainer state of a DCP directory (its
+    shards are read by every rank with torch.distributed.checkpoint.load after this check)."""
+    path = Path(path)
+    if entry.get("kind", "file") == "file":
+        if sha256_file(path) != entry["sha256"]:
+            raise CheckpointError(f"{path}: sha256 does not match its manifest (corrupt or truncated)")
+        return _load(path)
+    present = {p.name for p in path.iterdir()} if path.is_dir() else set()
+    for name, digest in entry["files"].items():
+        if name not in present:
+            raise CheckpointError(f"{path}: {name} is missing")
+        if sha256_file(path / name) != digest:
+            raise CheckpointError(f"{path}/{name}: sha256 does not match its manifest (corrupt or truncated)")
+    return _load(path / TRAINER_FILE)
+
+
+def load_verified(path: str | Path, sha256: str | None = None) -> dict:
+    """Load a single-file checkpoint safely after checking its hash, if one is known."""
+    if sha256 is None:
+        return _load(Path(path))
+    return verify(path, {"kind": "file", "sha256": sha256})
+
+
 def candidates(directories: list[str | Path], fingerprint: str) -> list[tuple[int, Path, dict]]:
     """(step, path, manifest entry) of the checkpoints of this config, newest first."""
     found = []
     for directory in map(Path, directories):
-        for entry in _manifest(directory)["checkpoints"] if directory.is_dir() else []:
+        for entry in entries(directory):
             path = directory / entry["file"]
             if entry.get("fingerprint") != fingerprint:
                 log.info("not resuming from %s: it was trained with a different config", path)
@@ -109,7 +195,7 @@ def load_latest(directories: list[str | Path], fingerprint: str) -> tuple[dict, 
     """The newest checkpoint of this config that verifies; corrupt ones are reported and skipped."""
     for step, path, entry in candidates(directories, fingerprint):
         try:
-            return load_verified(path, entry["sha256"]), path, entry
+            return verify(path, entry), path, entry
         except CheckpointError as e:
             log.warning("skipping checkpoint: %s", e)
     return None

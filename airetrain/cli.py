@@ -89,7 +89,9 @@ def _launch(args) -> None:
     from .fsutil import read_json
     from .launch import run
 
-    run(read_json(args.plan), args.script, ["--plan", args.plan, "--stage", args.stage, "--out", args.out])
+    code = run(read_json(args.plan), args.script, ["--plan", args.plan, "--stage", args.stage, "--out", args.out],
+               args.out)
+    sys.exit(code)
 
 
 def _promote(args) -> None:
@@ -99,7 +101,7 @@ def _promote(args) -> None:
     from .manifest import build
 
     plan, train = read_json(args.plan), read_json(args.train)
-    result = promote(train["checkpoint"], plan["durable_dir"])
+    result = promote(train["checkpoint"], plan["durable_dir"], plan["config"]["checkpoint"]["keep"])
     write_json_atomic(args.out, result)
     if args.manifest:
         record = build(plan, train, args.workflow_dir, Path(plan["durable_dir"]).parent)

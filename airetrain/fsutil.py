@@ -81,6 +81,29 @@ def copy_atomic(src: str | Path, dst: str | Path, expected_sha256: str | None = 
     return digest
 
 
+def copy_dir_atomic(src: str | Path, dst: str | Path, expected: dict[str, str]) -> None:
+    """Copy the files of directory src (names and sha256s in expected) to dst, all or nothing.
+
+    Each file goes through copy_atomic's checks into a temporary sibling directory, which is
+    renamed into place once complete; an existing dst (one that did not verify) is moved aside
+    first and removed only after the new copy is in place."""
+    src, dst = Path(src), Path(dst)
+    tmp = tmp_name(dst)
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        for name, digest in expected.items():
+            copy_atomic(src / name, tmp / name, expected_sha256=digest)
+        old = dst.with_name(f".{dst.name}.old.{os.getpid()}")
+        if dst.exists():
+            os.replace(dst, old)
+        commit(tmp, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def read_json(path: str | Path):
     with open(path) as f:
         return json.load(f)

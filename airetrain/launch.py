@@ -7,10 +7,15 @@ node rank and the node list from the environment srun gives it.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 
 def torchrun_command(plan: dict, script: str, script_args: list[str]) -> list[str]:
@@ -53,9 +58,59 @@ def export_python_path(directory: str) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [directory, current]))
 
 
-def run(plan: dict, script: str, script_args: list[str]) -> None:
-    """Replace this process with the launch, so signals reach srun/torchrun directly."""
+EXIT_STOPPED = 75   # EX_TEMPFAIL: stopped with a durable checkpoint, not requeued; run it again to resume
+
+
+def job_restarts(job_id: str) -> int:
+    """How many times SLURM has requeued this job (`scontrol show job`'s Restarts=)."""
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    match = re.search(r"\bRestarts=(\d+)", out)
+    return int(match.group(1)) if match else 0
+
+
+def continue_stopped(plan: dict, stopped: dict, env) -> int:
+    """The trainer stopped early with a durable checkpoint: requeue this job, or say how to go on."""
+    cfg = plan["config"]["checkpoint"]
+    job_id = env.get("SLURM_JOB_ID")
+    print(f"training stopped ({stopped['reason']}) at step {stopped['step']} of {stopped['of_steps']}; "
+          f"checkpoint {stopped['checkpoint']['path']} is durable", flush=True)
+    if not job_id:
+        print("not in a SLURM job: run the same command again to resume", flush=True)
+        return EXIT_STOPPED
+    if not cfg["requeue"]:
+        print(f"checkpoint.requeue is false: exiting {EXIT_STOPPED}; Snakemake's --retries resubmits it", flush=True)
+        return EXIT_STOPPED
+    restarts = job_restarts(job_id)
+    if restarts >= cfg["max_requeues"]:
+        print(f"job {job_id} was requeued {restarts} times already (checkpoint.max_requeues = "
+              f"{cfg['max_requeues']}): not again; resubmit to continue", flush=True)
+        return 1
+    proc = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"scontrol requeue {job_id} was refused ({proc.stderr.strip()}): exiting {EXIT_STOPPED} "
+              "so that Snakemake's --retries resubmits the run", flush=True)
+        return EXIT_STOPPED
+    print(f"requeued job {job_id} (restart {restarts + 1} of at most {cfg['max_requeues']}); "
+          "SLURM ends this run of it now", flush=True)
+    time.sleep(600)   # SLURM kills this job; nothing more to do until then
+    return EXIT_STOPPED
+
+
+def run(plan: dict, script: str, script_args: list[str], out: str) -> int:
+    """Run the launch, then continue a run that stopped early. Returns the exit code.
+
+    Locally a SIGTERM to this process is passed on to torchrun (which passes it to the workers);
+    in a SLURM job, SLURM signals the step itself, so it is not sent twice."""
     env = {**os.environ, **plan["env"]}
     cmd = command(plan, script, script_args, env)
+    marker = Path(out) / "STOPPED"
+    marker.unlink(missing_ok=True)
     print("launch:", shlex.join(cmd), flush=True)
-    os.execvpe(cmd[0], cmd, env)
+    child = subprocess.Popen(cmd, env=env)
+    in_slurm = bool(env.get("SLURM_JOB_ID"))
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if in_slurm else lambda *_: child.send_signal(signal.SIGTERM))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal's Ctrl-C reaches torchrun itself
+    code = child.wait()
+    if marker.exists():
+        return continue_stopped(plan, json.loads(marker.read_text()), env)
+    return code

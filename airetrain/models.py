@@ -23,6 +23,7 @@ def small_cnn(meta: dict, cfg: dict) -> nn.Module:
         nn.MaxPool2d(2),
         nn.Flatten(),
         nn.Linear(2 * w * (height // 2) * (width_px // 2), 4 * w), nn.ReLU(),
+        nn.Dropout(cfg.get("dropout", 0.0)),
         nn.Linear(4 * w, meta["classes"]),
     )
 

@@ -197,6 +197,11 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
                         f"{site['max_wall_hours']} h; shorten train (the run resumes from its checkpoint "
                         "when resubmitted)")
 
+    margin = run["checkpoint"]["stop_margin_min"]
+    if margin >= total_min:
+        problems.append(f"runs.{name}.checkpoint.stop_margin_min = {margin} leaves no time to train in a job of "
+                        f"{total_min} min (time_min); lower it or raise time_min.train")
+
     dataset = _dataset_path(name, run["data"], scratch, problems)
     if dataset is not None:
         data_path = Path(run["data"]["path"] or DIGITS_PATH)
@@ -250,6 +255,8 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
             # the launcher can start its own `srun` across all nodes. Its MPI checks refuse
             # tasks=1, so one node sets the key with an empty value (same launch path).
             "mpi": "srun" if nodes > 1 else "",
+            # a requeued job appends to its log instead of truncating the first run's
+            "extra": "--open-mode=append" + (" --requeue" if run["checkpoint"]["requeue"] else ""),
         },
         "env": job_env(run, nodes, cpus_per_rank),
         "config": run,
@@ -276,7 +283,8 @@ def job_env(run: dict, nodes: int, cpus_per_rank: int) -> dict:
 
 def torchrun_args(plan: dict) -> list[str]:
     """torchrun's arguments. Multi-node ones hold shell variables that each SLURM task expands."""
-    args = [f"--nnodes={plan['nodes']}", f"--nproc_per_node={plan['nproc_per_node']}"]
+    args = [f"--nnodes={plan['nodes']}", f"--nproc_per_node={plan['nproc_per_node']}",
+            f"--max-restarts={plan['config']['checkpoint']['max_restarts']}"]
     if plan["nodes"] == 1:
         return ["--standalone", *args]
     return [

@@ -1,26 +1,38 @@
-"""Make a checkpoint durable on the scratch root: copy to .tmp, fsync, rename, verify.
+"""Make a checkpoint durable on the scratch root: copy to a temporary name, fsync, rename, verify.
 
-The only durable copy must never be on tmp_shared (purged with the job), so promotion
-ends by loading the promoted file (weights_only=True) and checking its sha256.
+The only durable copy must never be on tmp_shared (purged with the job), so promotion ends by
+checking the promoted copy's sha256s and loading it (weights_only=True). The trainer promotes each
+checkpoint in the background as it is written; the promote rule makes sure of the final one.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from . import checkpoint
-from .fsutil import copy_atomic, sha256_file
+from .checkpoint import CheckpointError
+from .fsutil import copy_atomic, copy_dir_atomic
 
 
-def promote(entry: dict, durable_dir: str | Path) -> dict:
-    """entry: the checkpoint's manifest entry plus its "path" (train.json's "checkpoint")."""
-    src, durable_dir, sha256 = Path(entry["path"]), Path(durable_dir), entry["sha256"]
+def promote(entry: dict, durable_dir: str | Path, keep: int | None = None) -> dict:
+    """entry: the checkpoint's manifest entry plus its "path" (train.json's "checkpoint").
+
+    With keep, older checkpoints on scratch are removed, but only after this one verified there."""
+    src, durable_dir = Path(entry["path"]), Path(durable_dir)
     dst = durable_dir / src.name
-    if dst.exists() and sha256_file(dst) == sha256:
-        mode = "already durable"
-    else:
-        copy_atomic(src, dst, expected_sha256=sha256)
+    try:
+        if dst == src:
+            mode = "written there"
+        else:
+            checkpoint.verify(dst, entry)
+            mode = "already durable"
+    except (CheckpointError, FileNotFoundError, NotADirectoryError):
+        if entry.get("kind", "file") == "dcp":
+            copy_dir_atomic(src, dst, entry["files"])
+        else:
+            copy_atomic(src, dst, expected_sha256=entry["sha256"])
         mode = "copied"
-    checkpoint.load_verified(dst, sha256)  # raises if it does not hash or load
-    entry = {k: v for k, v in entry.items() if k != "path"}
-    checkpoint.record(durable_dir, entry)
-    return {**entry, "path": str(dst), "source": str(src), "mode": mode, "verified": True}
+    checkpoint.verify(dst, entry)  # raises if it does not hash or load
+    checkpoint.record(durable_dir, entry, keep)
+    return {**{k: v for k, v in entry.items() if k != "path"}, "path": str(dst), "source": str(src),
+            "mode": mode, "verified": True}
+

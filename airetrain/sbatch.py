@@ -30,7 +30,7 @@ def script(plan: dict, workdir: str | Path, repo: str | Path) -> str:
         f"--mem={slurm['mem_mb']}",
         *([f"--gres={slurm['gres']}"] if slurm["gres"] else []),
         f"--time={_hhmm(plan['time_min']['total'])}",
-        "--open-mode=append",
+        *slurm["extra"].split(),
         f"--output={workdir}/airetrain-{run}-%j.out",
     ]
     plan_json = json.dumps(plan, indent=1, sort_keys=True)

@@ -5,6 +5,7 @@ Run by torchrun (scripts/train.py): every rank executes this file; rank 0 logs a
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import math
@@ -21,11 +22,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from . import checkpoint, data, dist as D, manifest, metrics
+from . import data, dist as D, manifest, metrics
+from .checkpointer import Checkpointer
 from .fsutil import read_json, write_json_atomic
 from .models import build as build_model
 from .parallel import Parallel
-from .roots import run_dir
+from .stopping import Stopper
+
+STOPPED = "STOPPED"   # marker in --out: the run stopped early, with a durable checkpoint, and will resume
 
 log = logging.getLogger("airetrain.train")
 
@@ -51,6 +55,31 @@ def make_optimizer(cfg: dict, params):
     if cfg["name"] == "sgd":
         return torch.optim.SGD(params, lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"])
     return torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+
+
+def make_scheduler(cfg: dict, optimizer, total_steps: int):
+    """Linear warm-up, then a constant rate or a cosine decay to zero at the last step."""
+    warmup = cfg["warmup_steps"]
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if cfg["schedule"] == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total_steps - warmup))))
+        return 1.0
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class ResumableSampler(DistributedSampler):
+    """DistributedSampler that can begin an epoch part-way: after a mid-epoch resume it skips the
+    samples already trained on, without loading them."""
+    start = 0
+
+    def __iter__(self):
+        return itertools.islice(super().__iter__(), self.start, None)
+
+    def __len__(self):
+        return super().__len__() - self.start
 
 
 def autocast(device: torch.device, precision: str, enabled: bool = True):
@@ -107,12 +136,15 @@ def main(argv=None) -> None:
     seed = cfg["train"]["seed"]
     train_set, test_set, meta = data.build(cfg["data"], staged["target"])
     per_device, accum = plan["batch"]["per_device"], plan["batch"]["grad_accum"]
-    sampler = DistributedSampler(train_set, num_replicas=d.world_size, rank=d.rank, shuffle=True,
-                                 seed=seed, drop_last=True)
+    sampler = ResumableSampler(train_set, num_replicas=d.world_size, rank=d.rank, shuffle=True,
+                               seed=seed, drop_last=True)
     workers = cfg["data"]["workers"]
     workers = max(plan["cpus_per_rank"] - 1, 0) if workers is None else workers
+    # The loader's own generator (the workers' seeds) is reseeded from (seed, epoch, rank) at each
+    # epoch, so the position (epoch, step in epoch) is all a resume needs to continue exactly.
+    loader_rng = torch.Generator()
     loader = DataLoader(train_set, batch_size=per_device, sampler=sampler, drop_last=True,
-                        num_workers=workers, persistent_workers=workers > 0,
+                        num_workers=workers, persistent_workers=workers > 0, generator=loader_rng,
                         prefetch_factor=4 if workers > 0 else None, pin_memory=d.device.type == "cuda")
     steps_per_epoch = len(loader) // accum
     if steps_per_epoch == 0:
@@ -127,32 +159,37 @@ def main(argv=None) -> None:
         flops_per_micro = metrics.count_flops(model, x.to(d.device), y.to(d.device), loss_fn)
     par = Parallel(model, plan, d.device)
     optimizer = make_optimizer(cfg["optim"], model.parameters())
+    epochs = cfg["train"]["epochs"]
+    total_steps = steps_per_epoch * epochs
+    scheduler = make_scheduler(cfg["optim"], optimizer, total_steps)
     scaler = torch.amp.GradScaler(d.device.type, enabled=plan["precision"] == "fp16")
 
-    # ---- resume from the newest checkpoint that verifies, on the fast root or on scratch.
-    # Rank 0 decides and sends the state: on a node-local fast root only its node sees the file.
-    fast_dir = run_dir(Path(staged["fast_root"]), plan["run"]) / "checkpoints"
-    fingerprint = checkpoint.fingerprint(cfg)
-    found = checkpoint.load_latest([fast_dir, plan["durable_dir"]], fingerprint) if d.is_main else None
-    header = [{"step": found[0]["step"], "epoch": found[0]["epoch"], "entry": {**found[2], "path": str(found[1])},
-               "scaler": found[0].get("scaler")} if found else None]
-    torch.distributed.broadcast_object_list(header, src=0)
-    step, start_epoch, saved = 0, 0, None
-    if header[0]:
-        state = found[0] if d.is_main else {"model": {}, "optimizer": {}}
-        par.load_full_state(optimizer, state["model"], state["optimizer"])
-        if header[0]["scaler"]:
-            scaler.load_state_dict(header[0]["scaler"])
-        step, start_epoch, saved = header[0]["step"], header[0]["epoch"] + 1, header[0]["entry"]
-        log.info("resumed from %s (step %d, epoch %d)", saved["path"], step, header[0]["epoch"])
-    seed_all(seed + 1000 * d.rank + start_epoch)
+    # ---- resume from the newest checkpoint that verifies, on the fast root or on scratch
+    ckpt = Checkpointer(d, par, optimizer, plan, Path(staged["fast_root"]),
+                        staged.get("fast_root_source") == "$TMPDIR")
+    seed_all(seed + 1000 * d.rank)   # dropout differs per rank; a resume restores each rank's state
+    resumed = ckpt.restore()
+    step, start_epoch, step_in_epoch = 0, 0, 0
+    if resumed:
+        step, start_epoch, step_in_epoch = resumed["step"], resumed["epoch"], resumed["step_in_epoch"]
+        scheduler.load_state_dict(resumed["scheduler"])
+        if resumed["scaler"]:
+            scaler.load_state_dict(resumed["scaler"])
+        if step_in_epoch >= steps_per_epoch:
+            start_epoch, step_in_epoch = start_epoch + 1, 0
     hosts = D.hostnames()
     if d.is_main:
         manifest.record_session(Path(plan["durable_dir"]).parent, os.environ.get("SLURM_JOB_ID"), step, hosts)
+    if d.is_main:
+        (out / STOPPED).unlink(missing_ok=True)
+    every_steps = cfg["checkpoint"]["every_steps"]
+    stopper = Stopper(d.is_main, margin_s=60 * cfg["checkpoint"]["stop_margin_min"])
+
+    def trainer_state(epoch: int, step_in_epoch: int) -> dict:
+        return {"step": step, "epoch": epoch, "step_in_epoch": step_in_epoch, "config": cfg,
+                "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict() if scaler.is_enabled() else None}
 
     # ---- the loop
-    epochs = cfg["train"]["epochs"]
-    total_steps = steps_per_epoch * epochs
     log_every = cfg["train"]["log_every_steps"]
     metrics_file = open(out / "metrics.jsonl", "a") if d.is_main else None
     wait_s = step_s = 0.0
@@ -163,12 +200,15 @@ def main(argv=None) -> None:
              d.world_size, accum, plan["precision"])
     gpu = metrics.GpuSampler(d.device)
     t_start = time.perf_counter()
+    stopped = None
     for epoch in range(start_epoch, epochs):
         sampler.set_epoch(epoch)
+        sampler.start = step_in_epoch * accum * per_device
+        loader_rng.manual_seed(seed + 7919 * epoch + d.rank)
         batches = iter(loader)
         window_loss = torch.zeros((), device=d.device)
         window_steps = 0
-        for _ in range(steps_per_epoch):
+        for step_in_epoch in range(step_in_epoch + 1, steps_per_epoch + 1):
             t0 = time.perf_counter()
             for micro in range(accum):
                 tw = time.perf_counter()
@@ -183,6 +223,7 @@ def main(argv=None) -> None:
                 window_loss += loss.detach()
             scaler.step(optimizer)
             scaler.update()
+            scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
             steps_done += 1
@@ -208,14 +249,30 @@ def main(argv=None) -> None:
                     }) + "\n")
                     metrics_file.flush()
 
-        if (epoch + 1) % cfg["checkpoint"]["every_epochs"] == 0 or epoch == epochs - 1:
-            model_state, optim_state = par.full_state(optimizer)  # a collective: every rank
-            if d.is_main:
-                state = {"model": model_state, "optimizer": optim_state, "step": step,
-                         "epoch": epoch, "config": cfg, "scaler": scaler.state_dict(),
-                         "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}}
-                saved = checkpoint.save(state, fast_dir, step, fingerprint, keep=cfg["checkpoint"]["keep"])
-            torch.distributed.barrier()
+            # stop early (deadline, SIGTERM) with a durable checkpoint; otherwise save on schedule
+            stopped = stopper.check(d.device)
+            epoch_end = step_in_epoch == steps_per_epoch
+            if stopped:
+                log.warning("stopping (%s) after step %d", stopped, step)   # every rank says it
+                ckpt.save(trainer_state(epoch, step_in_epoch), blocking=True)
+                break
+            if (every_steps and step % every_steps == 0) or (epoch_end and (
+                    (epoch + 1) % cfg["checkpoint"]["every_epochs"] == 0 or epoch == epochs - 1)):
+                ckpt.save(trainer_state(epoch, step_in_epoch))
+        step_in_epoch = 0
+        if stopped:
+            break
+    saved = ckpt.finish()
+    sampler.start = 0
+    if stopped:
+        if d.is_main:
+            metrics_file.close()
+            write_json_atomic(out / STOPPED, {"reason": stopped, "step": step, "of_steps": total_steps,
+                                              "checkpoint": saved, "time": time.time()})
+            log.info("stopped (%s) at step %d of %d; checkpoint %s is durable: the run resumes from it",
+                     stopped, step, total_steps, saved["path"])
+        torch.distributed.barrier()
+        return
     train_s = metrics.now(d.device) - t_start
     gpu_figures = gpu.summary()
 
@@ -275,6 +332,8 @@ def main(argv=None) -> None:
             "torch_version": torch.__version__,
             "environment": {k: os.environ.get(k) for k in (*plan["env"], "NCCL_SOCKET_IFNAME")},
             "checkpoint": saved,
+            "checkpoint_saves": len(ckpt.stalls),
+            "checkpoint_stall_s_mean": round(sum(ckpt.stalls) / len(ckpt.stalls), 4) if ckpt.stalls else None,
         }
         write_json_atomic(out / "train.json", summary)
         log.info("done: %d steps, eval accuracy %.4f, %.0f samples/s, checkpoint %s",

@@ -35,8 +35,8 @@ def snakemake(workdir: Path, configfile: Path, *args, check=True, env=None, time
                 *args], cwd=workdir, check=check, env=env, timeout=timeout)
 
 
-def launch_training(tmp_path: Path, run_cfg: dict, name: str = "t", dump=None, cwd=None):
-    """plan -> stage -> `airetrain launch` (a real torchrun), as the rules do, in tmp_path."""
+def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t") -> tuple[Path, list[str]]:
+    """plan -> stage, as the rules do, in tmp_path; returns (results dir, the `airetrain launch` command)."""
     from airetrain.data import prepare_digits
     from airetrain.fsutil import write_json_atomic
     from airetrain.plan import plan_all, resolve_strategy
@@ -55,7 +55,14 @@ def launch_training(tmp_path: Path, run_cfg: dict, name: str = "t", dump=None, c
     write_json_atomic(out / "stage.json", {**staged, "fast_root": str(tmp_path / "fast")})
     cmd = ["airetrain", "launch", "--plan", str(out / "plan.json"), "--stage", str(out / "stage.json"),
            "--out", str(out), "--script", str(REPO / "scripts/train.py")]
-    proc = run(cmd, cwd=cwd, env={"AIRETRAIN_DUMP_PARAMS": str(dump)} if dump else None)
+    return out, cmd
+
+
+def launch_training(tmp_path: Path, run_cfg: dict, name: str = "t", dump=None, cwd=None, check=True, env=None):
+    """prepare_training, then run `airetrain launch` (a real torchrun) to its end."""
+    out, cmd = prepare_training(tmp_path, run_cfg, name)
+    env = {**({"AIRETRAIN_DUMP_PARAMS": str(dump)} if dump else {}), **(env or {})}
+    proc = run(cmd, cwd=cwd, env=env, check=check)
     return out, proc
 
 

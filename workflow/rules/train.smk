@@ -24,8 +24,7 @@ rule train:
         gres=lambda w: slurm(w, "gres") or "",
         slurm_partition=partition,
         slurm_account=account,
-        # a requeued job appends to its log instead of truncating the first run's
-        slurm_extra="--open-mode=append",
+        slurm_extra=lambda w: slurm(w, "extra"),
         mpi=lambda w: slurm(w, "mpi"),
     params:
         out=subpath(output.train, parent=True),

@@ -1,0 +1,205 @@
+"""The trainer's checkpoint manager: save in the background, promote to scratch, resume exactly.
+
+    ckpt = Checkpointer(d, par, optimizer, plan, fast_root)
+    trainer_state = ckpt.restore()            # None on a fresh start; every rank gets the state
+    ckpt.save(trainer_state)                  # every N steps and at epoch ends; returns after the copy
+    ckpt.finish()                             # waits for the last write and its promotion
+
+DDP: rank 0 writes one file. FSDP: torch.distributed.checkpoint writes each rank's shards
+(async_save on a gloo group of its own: on the default group it hangs, TORCH_NOTES.md).
+Training stalls only while the state is copied to CPU memory; the write, the fsyncs, the
+manifest and the copy to scratch run in a background thread, one save at a time, so the newest
+checkpoint is on scratch before the next one starts.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict)
+
+from . import checkpoint
+from .promote import promote
+from .roots import run_dir
+
+log = logging.getLogger("airetrain.checkpointer")
+
+
+def rng_state(device: torch.device) -> dict:
+    """This process's random state, in types torch.load(weights_only=True) accepts."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
+             "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def cpu_copy(tree):
+    """A copy of every tensor in CPU memory: the training step may change the originals at once."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().to("cpu", copy=True)
+    if isinstance(tree, dict):
+        return {k: cpu_copy(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(cpu_copy(v) for v in tree)
+    return tree
+
+
+class Checkpointer:
+    def __init__(self, d, par, optimizer, plan: dict, fast_root: Path, fast_node_local: bool):
+        cfg = plan["config"]["checkpoint"]
+        self.d, self.par, self.optimizer = d, par, optimizer
+        self.sharded = par.strategy == "fsdp"
+        self.durable = Path(plan["durable_dir"])
+        self.fingerprint = checkpoint.fingerprint(plan["config"])
+        self.keep, self.background = cfg["keep"], cfg["async"]
+        fast = run_dir(fast_root, plan["run"]) / "checkpoints"
+        # Every rank writes DCP shards: on node-local disks of a multi-node job they would be split
+        # across nodes, so sharded checkpoints then go to scratch directly.
+        self.dir = self.durable if self.sharded and fast_node_local and plan["nodes"] > 1 else fast
+        if d.is_main:
+            for directory in {self.dir, self.durable}:
+                checkpoint.clean_partial(directory)
+        self._group = dist.new_group(backend="gloo") if self.sharded and self.background else None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.latest: dict | None = None     # the newest checkpoint that is durable and verified
+        self.stalls: list[float] = []       # seconds training waited per save
+
+    # ---- saving
+    def save(self, trainer: dict, blocking: bool = False) -> None:
+        """Save the model, optimizer and trainer state. A collective: every rank calls it."""
+        t0 = time.perf_counter()
+        self.wait()
+        rngs = [None] * self.d.world_size
+        dist.all_gather_object(rngs, rng_state(self.d.device))
+        trainer = {**trainer, "rng": rngs, "fingerprint": self.fingerprint}
+        if self.sharded:
+            job = self._save_sharded(trainer)
+        else:
+            model_state, optim_state = self.par.full_state(self.optimizer)  # a collective
+            job = self._save_file(cpu_copy({"model": model_state, "optimizer": optim_state,
+                                            "trainer": trainer})) if self.d.is_main else None
+        waited = time.perf_counter() - t0
+        if job is not None:
+            if self.background and not blocking:
+                self._thread = threading.Thread(target=self._run, args=(job,), name="checkpoint", daemon=True)
+                self._thread.start()
+            else:
+                self._run(job)
+        if blocking:
+            self.wait()
+            dist.barrier()
+        self.stalls.append(waited if not blocking else time.perf_counter() - t0)
+
+    def _save_file(self, state: dict):
+        def job():
+            entry = checkpoint.write_file(state, self.dir, state["trainer"]["step"], self.fingerprint)
+            self._commit(entry)
+        return job
+
+    def _save_sharded(self, trainer: dict):
+        partial = self.dir / checkpoint.tmp_dir_name(trainer["step"])
+        if self.d.is_main:
+            checkpoint.remove(partial)   # a leftover of a killed save
+            self.dir.mkdir(parents=True, exist_ok=True)
+        dist.barrier()
+        state = {"model": get_model_state_dict(self.par.model),
+                 "optimizer": get_optimizer_state_dict(self.par.model, self.optimizer)}
+        if self.background:
+            future = dcp.async_save(state, checkpoint_id=partial, process_group=self._group)
+        else:
+            dcp.save(state, checkpoint_id=partial)
+            future = None
+
+        def job():
+            if future is not None:
+                future.result()   # on rank 0: every rank's shards and the metadata are written
+            if self.d.is_main:
+                self._commit(checkpoint.commit_dir(partial, trainer, self.fingerprint))
+        return job
+
+    def _commit(self, entry: dict) -> None:
+        """Record the checkpoint where it was written, then make it durable on scratch (rank 0)."""
+        checkpoint.record(self.dir, entry, self.keep)
+        self.latest = promote(entry, self.durable, self.keep)
+        log.info("checkpoint step %d: %s (%.1f MB), durable at %s", entry["step"], entry["path"],
+                 entry["size"] / 1e6, self.latest["path"])
+
+    def _run(self, job) -> None:
+        try:
+            job()
+        except BaseException as e:  # reported by the next wait(), in the training thread
+            self._error = e
+
+    def wait(self) -> None:
+        """Wait for the save in flight; raise its error, if it failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"saving a checkpoint failed: {error}") from error
+
+    def finish(self) -> dict | None:
+        """Every rank: the last save is written and durable. Returns its durable entry (rank 0)."""
+        self.wait()
+        dist.barrier()
+        return self.latest
+
+    # ---- resuming
+    def restore(self) -> dict | None:
+        """Load the newest checkpoint that verifies, on the fast root or on scratch; None if there is none.
+
+        Rank 0 verifies and chooses (on a node-local fast root only its node sees the file) and
+        sends the others the trainer state; DDP's weights follow by broadcast, FSDP's shards are
+        read by every rank from the chosen directory."""
+        found = checkpoint.load_latest([self.dir, self.durable], self.fingerprint) if self.d.is_main else None
+        header = [None]
+        if found:
+            state, path, entry = found
+            trainer = state if entry.get("kind", "file") == "dcp" else state["trainer"]
+            header = [{"trainer": trainer, "path": str(path), "kind": entry.get("kind", "file"),
+                       "entry": {**entry, "path": str(path)}}]
+        dist.broadcast_object_list(header, src=0)
+        if header[0] is None:
+            return None
+        head = header[0]
+        if head["kind"] == "file":
+            state = found[0] if self.d.is_main else {"model": {}, "optimizer": {}}
+            self.par.load_full_state(self.optimizer, state["model"], state["optimizer"])
+        else:
+            state = {"model": get_model_state_dict(self.par.model),
+                     "optimizer": get_optimizer_state_dict(self.par.model, self.optimizer)}
+            dcp.load(state, checkpoint_id=head["path"])
+            set_model_state_dict(self.par.model, state["model"])
+            set_optimizer_state_dict(self.par.model, self.optimizer, state["optimizer"])
+        trainer = head["trainer"]
+        if len(trainer["rng"]) == self.d.world_size:
+            set_rng_state(trainer["rng"][self.d.rank], self.d.device)
+        else:
+            log.warning("the checkpoint was written by %d ranks, this run has %d: random streams restart",
+                        len(trainer["rng"]), self.d.world_size)
+        self.latest = head["entry"]
+        log.info("resumed from %s (step %d, epoch %d)", head["path"], trainer["step"], trainer["epoch"])
+        return trainer

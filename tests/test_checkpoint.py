@@ -1,0 +1,251 @@
+"""Checkpoints that survive anything, with real torchrun processes (gloo on CPU).
+
+Every interruption here (SIGKILL of everything, the deadline, SIGTERM, one dead worker) must end,
+after resuming, with the same parameters and optimizer state as an uninterrupted run, bit for bit.
+"""
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from airetrain import checkpoint
+from airetrain.checkpoint import CheckpointError
+
+from conftest import BIN, launch_training, prepare_training, read_json, run
+
+# 2 ranks x 2 micro-batches of 16; dropout, so that the random streams matter; a save every 3 steps
+LONG = {"processes": 2, "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
+        "train": {"epochs": 20, "log_every_steps": 10}, "checkpoint": {"every_steps": 3, "keep": 3}}
+STEPS = 20 * (1437 // 64)
+
+
+def flatten(tree, prefix=""):
+    if isinstance(tree, dict):
+        return {k: v for key, value in tree.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
+    if isinstance(tree, (list, tuple)):
+        return {k: v for i, value in enumerate(tree) for k, v in flatten(value, f"{prefix}{i}.").items()}
+    return {prefix.rstrip("."): tree}
+
+
+def final_state(out: Path, tmp_path: Path) -> dict:
+    """Model and optimizer of the run's final durable checkpoint (a file, or a DCP directory)."""
+    path = Path(read_json(out / "train.json")["checkpoint"]["path"])
+    if path.is_dir():
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+        dcp_to_torch_save(path, tmp_path / "converted.pt")
+        path = tmp_path / "converted.pt"
+    state = torch.load(path, weights_only=True)
+    return flatten({"model": state["model"], "optimizer": state["optimizer"]})
+
+
+def assert_identical(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys() and len(a) > 10
+    for key in a:
+        if isinstance(a[key], torch.Tensor):
+            assert torch.equal(a[key], b[key]), key
+        else:
+            assert a[key] == b[key], key
+
+
+def start(cmd, log: Path, env=None) -> subprocess.Popen:
+    """`airetrain launch` in the background, its output in log."""
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})}
+    return subprocess.Popen(cmd, env=env, stdout=open(log, "a"), stderr=subprocess.STDOUT)
+
+
+def wait_for(condition, timeout=120, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def durable_dir(tmp: Path, name="t") -> Path:
+    return tmp / "scratch" / "airetrain" / name / "checkpoints"
+
+
+def newest_step(directory: Path) -> int:
+    return max((e["step"] for e in checkpoint.entries(directory)), default=0)
+
+
+def descendants(pid: int) -> list[int]:
+    """pid's children, grandchildren, ... (torchrun starts each worker in a session of its own)."""
+    parents = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def kill_all(proc: subprocess.Popen) -> None:
+    """SIGKILL the launcher, torchrun, every worker and loader process, at once."""
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def every_listed_checkpoint_verifies(*directories: Path) -> int:
+    """Each checkpoint a manifest lists hashes and loads; returns how many there were."""
+    count = 0
+    for directory in directories:
+        for entry in checkpoint.entries(directory):
+            checkpoint.verify(directory / entry["file"], entry)
+            count += 1
+    return count
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """LONG, uninterrupted."""
+    tmp = tmp_path_factory.mktemp("reference")
+    out, _ = launch_training(tmp, LONG)
+    return final_state(out, tmp)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_resume_after_kill_is_bit_exact(tmp_path, strategy):
+    cfg = {**LONG, "strategy": strategy, "train": {"epochs": 5, "log_every_steps": 10}}
+    ref_out, _ = launch_training(tmp_path / "ref", cfg)
+    out, cmd = prepare_training(tmp_path / "cut", cfg)
+    proc = start(cmd, tmp_path / "cut.log")
+    wait_for(lambda: newest_step(durable_dir(tmp_path / "cut")) >= 12, what="a checkpoint at step 12")
+    kill_all(proc)
+    assert not (out / "train.json").exists()
+    proc = run(cmd)
+    summary = read_json(out / "train.json")
+    assert 12 <= summary["resumed_from_step"] < summary["steps"] == 5 * 22
+    assert summary["checkpoint"]["kind"] == ("dcp" if strategy == "fsdp" else "file")
+    assert_identical(final_state(out, tmp_path), final_state(ref_out, tmp_path))
+
+
+def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, reference):
+    """20 SIGKILLs of the launcher, torchrun and the workers at random moments of training and saving."""
+    out, cmd = prepare_training(tmp_path, LONG)
+    fast = tmp_path / "fast" / "airetrain" / "t" / "checkpoints"
+    rng = random.Random(1)
+    progress = []
+    for kill in range(20):
+        before = newest_step(durable_dir(tmp_path))
+        proc = start(cmd, tmp_path / "launch.log")
+        # once this life has trained (a new checkpoint), kill it at a random moment
+        wait_for(lambda: newest_step(durable_dir(tmp_path)) > before or proc.poll() is not None,
+                 what="progress")
+        time.sleep(rng.uniform(0, 0.5))
+        kill_all(proc)
+        assert not (out / "train.json").exists(), "the run finished before it was killed: make LONG longer"
+        assert every_listed_checkpoint_verifies(fast, durable_dir(tmp_path)) > 0
+        found = checkpoint.load_latest([fast, durable_dir(tmp_path)], checkpoint.fingerprint(
+            read_json(out / "plan.json")["config"]))
+        assert found and found[2]["step"] == max(newest_step(fast), newest_step(durable_dir(tmp_path)))
+        progress.append(found[2]["step"])
+    assert progress == sorted(progress) and progress[-1] < STEPS
+    run(cmd)
+    summary = read_json(out / "train.json")
+    assert summary["steps"] == STEPS and summary["resumed_from_step"] == progress[-1]
+    assert_identical(final_state(out, tmp_path), reference)
+
+
+def test_truncated_and_bit_flipped_checkpoints_are_skipped(tmp_path):
+    cfg = {**LONG, "train": {"epochs": 1, "log_every_steps": 10}, "checkpoint": {"every_steps": 5, "keep": 3}}
+    out, _ = launch_training(tmp_path, cfg)
+    durable = durable_dir(tmp_path)
+    fingerprint = checkpoint.fingerprint(read_json(out / "plan.json")["config"])
+    steps = [e["step"] for e in checkpoint.entries(durable)]
+    assert steps == [15, 20, 22]
+    newest, middle = durable / checkpoint.file_name(22), durable / checkpoint.file_name(20)
+    with open(newest, "r+b") as f:          # truncated: a half-copied file
+        f.truncate(newest.stat().st_size // 2)
+    data = bytearray(middle.read_bytes())   # one flipped bit
+    data[len(data) // 3] ^= 0x10
+    middle.write_bytes(bytes(data))
+    for path, entry in ((newest, checkpoint.entries(durable)[2]), (middle, checkpoint.entries(durable)[1])):
+        with pytest.raises(CheckpointError, match="sha256 does not match"):
+            checkpoint.verify(path, entry)
+    state, path, _ = checkpoint.load_latest([durable], fingerprint)
+    assert path.name == checkpoint.file_name(15) and state["trainer"]["step"] == 15
+    # the trainer falls back the same way (the fast root's copies are gone, as after a requeue)
+    import shutil
+    shutil.rmtree(tmp_path / "fast" / "airetrain" / "t" / "checkpoints")
+    (out / "train.json").unlink()
+    _, proc = launch_training(tmp_path, {**cfg, "train": {"epochs": 2, "log_every_steps": 10}})
+    assert "skipping checkpoint" in proc.stdout and "sha256 does not match" in proc.stdout
+    assert read_json(out / "train.json")["resumed_from_step"] == 15
+
+
+def test_deadline_stops_every_rank_at_the_same_step_with_a_durable_checkpoint(tmp_path, reference):
+    cfg = {**LONG, "checkpoint": {**LONG["checkpoint"], "stop_margin_min": 0.05}}
+    out, cmd = prepare_training(tmp_path, cfg)
+    # no SLURM here: the job's end comes from $AIRETRAIN_END_TIME; 3 s margin
+    proc = run(cmd, env={"AIRETRAIN_END_TIME": str(time.time() + 11)}, check=False)
+    assert proc.returncode == 75, proc.stdout + proc.stderr
+    stopped = read_json(out / "STOPPED")
+    assert stopped["reason"] == "deadline" and 0 < stopped["step"] < STEPS
+    lines = [line for line in proc.stdout.splitlines() if "stopping (deadline) after step" in line]
+    assert sorted(line.split()[1] for line in lines) == ["0]", "1]"]          # both ranks said so ...
+    assert {int(line.rsplit(" ", 1)[1]) for line in lines} == {stopped["step"]}  # ... at the same step
+    assert newest_step(durable_dir(tmp_path)) == stopped["step"]
+    assert not (out / "train.json").exists()
+    run(cmd)   # no deadline now: it resumes and finishes
+    summary = read_json(out / "train.json")
+    assert summary["resumed_from_step"] == stopped["step"] and not (out / "STOPPED").exists()
+    assert_identical(final_state(out, tmp_path), reference)
+
+
+def test_sigterm_to_the_launcher_checkpoints_before_a_30_s_kill(tmp_path):
+    out, cmd = prepare_training(tmp_path, {**LONG, "checkpoint": {"every_steps": None}})
+    proc = start(cmd, tmp_path / "launch.log")
+    wait_for(lambda: (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").stat().st_size > 0,
+             what="training to start")
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        kill_all(proc)            # what SLURM does after KillWait
+    log = (tmp_path / "launch.log").read_text()
+    stopped = read_json(out / "STOPPED")
+    assert stopped["reason"] == "signal", log
+    assert newest_step(durable_dir(tmp_path)) == stopped["step"] > 0
+    assert proc.returncode == 75
+
+
+def worker_pid(launcher: int, rank: int) -> int | None:
+    for pid in descendants(launcher):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"scripts/train.py" in cmdline and f"RANK={rank}".encode() in environ \
+                and b"torch.distributed.run" not in cmdline:
+            return int(pid)
+    return None
+
+
+def test_a_killed_worker_is_restarted_and_resumes_under_max_restarts(tmp_path, reference):
+    out, cmd = prepare_training(tmp_path, {**LONG, "checkpoint": {**LONG["checkpoint"], "max_restarts": 1}})
+    proc = start(cmd, tmp_path / "launch.log")
+    wait_for(lambda: newest_step(durable_dir(tmp_path)) >= 6, what="a checkpoint")
+    victim = worker_pid(proc.pid, 1)
+    assert victim, "rank 1's process was not found"
+    os.kill(victim, signal.SIGKILL)
+    assert proc.wait(timeout=300) == 0, (tmp_path / "launch.log").read_text()
+    summary = read_json(out / "train.json")
+    assert 6 <= summary["resumed_from_step"] < STEPS and summary["steps"] == STEPS
+    assert_identical(final_state(out, tmp_path), reference)
