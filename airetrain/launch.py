@@ -77,6 +77,8 @@ def continue_stopped(plan: dict, stopped: dict, env) -> int:
     if not job_id:
         print("not in a SLURM job: run the same command again to resume", flush=True)
         return EXIT_STOPPED
+    if stopped["reason"] != "deadline":   # scancel or preemption: SLURM decides what happens next
+        return EXIT_STOPPED
     if not cfg["requeue"]:
         print(f"checkpoint.requeue is false: exiting {EXIT_STOPPED}; Snakemake's --retries resubmits it", flush=True)
         return EXIT_STOPPED

@@ -30,9 +30,12 @@ def read_json(path):
     return json.loads(Path(path).read_text())
 
 
+def snakemake_cmd(workdir: Path, configfile: Path, *args) -> list[str]:
+    return [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(configfile), *args]
+
+
 def snakemake(workdir: Path, configfile: Path, *args, check=True, env=None, timeout=900):
-    return run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(configfile),
-                *args], cwd=workdir, check=check, env=env, timeout=timeout)
+    return run(snakemake_cmd(workdir, configfile, *args), cwd=workdir, check=check, env=env, timeout=timeout)
 
 
 def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t") -> tuple[Path, list[str]]:

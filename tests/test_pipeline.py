@@ -50,7 +50,8 @@ def test_checkpoint_is_durable_on_scratch_and_loads_without_airetrain(demo):
     assert c["path"] == str(path) and c["verified"]
     assert sha256_file(path) == c["sha256"]
     state = torch.load(path, weights_only=True)
-    assert set(state) >= {"model", "optimizer", "step", "config"} and state["step"] == 220
+    assert set(state) == {"model", "optimizer", "trainer"} and state["trainer"]["step"] == 220
+    assert state["trainer"]["config"]["train"]["epochs"] == 10 and len(state["trainer"]["rng"]) == 2
 
 
 def test_efficiency_table_has_one_row_per_run(demo):

@@ -35,7 +35,7 @@ def test_cpu_run_uses_processes_and_gloo():
     assert (p["nodes"], p["nproc_per_node"], p["world_size"]) == (1, 3, 3)
     assert p["device"] == "cpu" and p["backend"] == "gloo" and p["slurm"]["gres"] is None
     assert p["batch"] == {"global": 96, "per_device": 16, "grad_accum": 2}
-    assert p["torchrun"] == ["--standalone", "--nnodes=1", "--nproc_per_node=3"]
+    assert p["torchrun"] == ["--standalone", "--nnodes=1", "--nproc_per_node=3", "--max-restarts=1"]
 
 
 def test_cpu_stand_in_for_gpu_plans_is_explicit():

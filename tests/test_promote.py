@@ -15,9 +15,10 @@ from airetrain.promote import promote
 
 
 def make_checkpoint(directory, step=10, size_mb=1):
-    state = {"model": {"w": torch.randn(size_mb * 262144)}, "optimizer": {}, "step": step, "epoch": 0,
-             "config": {}}
-    return checkpoint.save(state, directory, step, fingerprint="f")
+    state = {"model": {"w": torch.randn(size_mb * 262144)}, "optimizer": {}, "trainer": {"step": step, "epoch": 0}}
+    entry = checkpoint.write_file(state, directory, step, fingerprint="f")
+    checkpoint.record(directory, entry)
+    return entry
 
 
 def test_promote_copies_verifies_and_records(tmp_path):
@@ -26,7 +27,7 @@ def test_promote_copies_verifies_and_records(tmp_path):
     dst = tmp_path / "scratch" / "ckpt" / "step-00000010.pt"
     assert result["verified"] and result["path"] == str(dst) and result["mode"] == "copied"
     assert sha256_file(dst) == entry["sha256"] == result["sha256"]
-    assert torch.load(dst, weights_only=True)["step"] == 10
+    assert torch.load(dst, weights_only=True)["trainer"]["step"] == 10
     assert [c[2]["file"] for c in checkpoint.candidates([dst.parent], "f")] == ["step-00000010.pt"]
     assert promote(entry, tmp_path / "scratch" / "ckpt")["mode"] == "already durable"
 

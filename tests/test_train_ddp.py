@@ -1,5 +1,6 @@
 """A real 2-process torchrun DDP run (gloo on CPU): replicas agree, the model learns, metrics are sane."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -83,10 +84,15 @@ def test_ddp_and_fsdp_follow_the_same_loss_curve(fsdp_vs_ddp):
         torch.testing.assert_close(fsdp_params[key], ddp_params[key], rtol=1e-3, atol=1e-4)
 
 
-def test_fsdp_checkpoint_is_a_plain_full_state_dict(fsdp_vs_ddp):
+def test_fsdp_checkpoint_is_sharded_and_converts_to_a_plain_full_state_dict(fsdp_vs_ddp, tmp_path):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
     _, out = fsdp_vs_ddp["fsdp"]
     summary = read_json(out / "train.json")
-    state = torch.load(summary["checkpoint"]["path"], weights_only=True)
+    path = Path(summary["checkpoint"]["path"])
+    assert summary["checkpoint"]["kind"] == "dcp" and path.is_dir()
+    assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "trainer.pt"} <= set(summary["checkpoint"]["files"])
+    dcp_to_torch_save(path, tmp_path / "full.pt")
+    state = torch.load(tmp_path / "full.pt", weights_only=True)
     from airetrain.models import small_cnn
     model = small_cnn({"shape": [1, 8, 8], "classes": 10}, {"width": 32})
     model.load_state_dict(state["model"])  # strict: every key, unsharded shapes

@@ -1,0 +1,93 @@
+"""Time limits and scancel on the real SLURM test cluster (tests/slurm/up.sh).
+
+One Snakemake invocation runs three copies of the same training:
+- stop: a 3-minute job that stops at its deadline, checkpoints, requeues itself and finishes;
+- ref: the same training with time to spare (the uninterrupted result);
+- victim: cancelled with scancel mid-training; a second invocation resumes it, and only it.
+"""
+import os
+import subprocess
+
+import pytest
+import torch
+
+from conftest import BIN, read_json, run, slurm_state, snakemake_cmd, write_config
+from test_checkpoint import assert_identical, flatten, newest_step, wait_for
+from test_slurm import SLURM_ARGS, slurm_snakemake, unique
+
+pytestmark = pytest.mark.slurm
+
+TRAINING = {"processes": 2, "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
+            "train": {"epochs": 12, "log_every_steps": 20}, "checkpoint": {"every_steps": 5}}
+STEPS = 12 * (1437 // 64)
+
+
+def durable(work, run_name):
+    return work / "scratch" / "airetrain" / run_name / "checkpoints"
+
+
+def final_state(work, run_name):
+    path = read_json(work / "results" / run_name / "checkpoint.json")["path"]
+    state = torch.load(path, weights_only=True)
+    return flatten({"model": state["model"], "optimizer": state["optimizer"]})
+
+
+def sessions(work, run_name):
+    from airetrain.manifest import sessions as read
+    return read(work / "scratch" / "airetrain" / run_name)
+
+
+@pytest.fixture(scope="module")
+def interrupted(slurm_cluster, tmp_path_factory):
+    work = tmp_path_factory.mktemp("requeue")
+    cfg = write_config(work / "config.yaml", {
+        "roots": {"scratch": str(work / "scratch")},
+        "defaults": TRAINING,
+        "runs": {
+            # a 3-minute job that stops 2.75 minutes before its end: ~15 s after it starts
+            "stop": {"time_min": {"stage": 1, "train": 1, "promote": 1},
+                     "checkpoint": {"every_steps": 5, "stop_margin_min": 2.75}},
+            "ref": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
+            "victim": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
+        },
+    })
+    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
+    # --retries 0: the cancelled run is left failed, for the second invocation to resume
+    first = subprocess.Popen(snakemake_cmd(work, cfg, *SLURM_ARGS, "--retries", "0"), cwd=work,
+                             env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **env},
+                             stdout=open(work / "first.log", "w"), stderr=subprocess.STDOUT)
+    # cancel the victim once it has a durable checkpoint
+    wait_for(lambda: newest_step(durable(work, "victim")) >= 10, timeout=400, what="victim's checkpoint")
+    victim_job = sessions(work, "victim")[-1]["slurm_job_id"]
+    run(["scancel", victim_job], env=env)
+    first.wait(timeout=900)
+    second = slurm_snakemake(work, cfg, env)   # the profile's settings: resumes what did not finish
+    return work, env, victim_job, (work / "first.log").read_text(), second
+
+
+def test_a_job_at_its_time_limit_stops_requeues_itself_and_finishes_exactly(interrupted):
+    work, env, _, first_log, _ = interrupted
+    runs = sessions(work, "stop")
+    job_ids = {s["slurm_job_id"] for s in runs}
+    assert len(runs) >= 2 and len(job_ids) == 1, runs          # the same job, started again by SLURM
+    assert all(s["resumed_from_step"] > 0 for s in runs[1:])
+    shown = run(["scontrol", "show", "job", job_ids.pop()], env=env).stdout
+    assert f"Restarts={len(runs) - 1}" in shown and "JobState=COMPLETED" in shown
+    log = (work / "logs" / "stop" / "train.log").read_text()
+    assert "stopped (deadline)" in log and "requeued job" in log
+    summary = read_json(work / "results/stop/train.json")
+    assert summary["steps"] == STEPS and summary["resumed_from_step"] > 0
+    assert read_json(work / "results/stop/checkpoint.json")["verified"]
+    assert_identical(final_state(work, "stop"), final_state(work, "ref"))
+
+
+def test_after_scancel_a_new_invocation_resumes_only_the_cancelled_run(interrupted):
+    work, _, victim_job, first_log, second = interrupted
+    assert victim_job in first_log or "victim" in first_log
+    out = second.stdout + second.stderr
+    assert "results/victim/train.json" in out
+    assert "results/ref/train.json" not in out and "results/stop/train.json" not in out   # not rerun
+    summary = read_json(work / "results/victim/train.json")
+    assert summary["steps"] == STEPS and summary["resumed_from_step"] >= 10
+    assert summary["slurm_job_id"] != victim_job
+    assert_identical(final_state(work, "victim"), final_state(work, "ref"))
