@@ -142,9 +142,9 @@ class Checkpointer:
     def _commit(self, entry: dict) -> None:
         """Record the checkpoint where it was written, then make it durable on scratch (rank 0)."""
         checkpoint.record(self.dir, entry, self.keep)
-        self.latest = promote(entry, self.durable, self.keep)
-        log.info("checkpoint step %d: %s (%.1f MB), durable at %s", entry["step"], entry["path"],
-                 entry["size"] / 1e6, self.latest["path"])
+        self.latest = promote(entry, self.durable, self.keep, full_check=False)
+        log.debug("checkpoint step %d: %s (%.1f MB), durable at %s", entry["step"], entry["path"],
+                  entry["size"] / 1e6, self.latest["path"])
 
     def _run(self, job) -> None:
         try:

@@ -110,10 +110,26 @@ def _promote(args) -> None:
 
 
 def _report(args) -> None:
-    from .report import to_markdown, write
+    from .report import jobs_table, table, to_markdown, write
 
-    df = write(args.results, args.runs, args.out)
-    print(to_markdown(df).split("\n\nColumns:")[0])
+    if args.jobs or args.since:
+        if args.runs:
+            raise ConfigError("give run names, or --jobs/--since, not both")
+        jobs = [j for j in (args.jobs or "").split(",") if j]
+        for job in jobs:
+            if not job.replace("_", "").replace(".", "").isdigit():
+                raise ConfigError(f"--jobs: {job!r} is not a SLURM job id (digits, or 123_4 for an array task)")
+        df = jobs_table(jobs, args.since)
+        results = None
+    elif args.runs:
+        df = table(args.results, args.runs)
+        results = args.results
+    else:
+        raise ConfigError("name the runs (results/<run>), or give --jobs ID,ID or --since DATE")
+    print(to_markdown(df).split("\n\nColumns")[0])
+    if args.out:
+        paths = write(df, args.out, results)
+        print(f"wrote {', '.join(str(p) for p in paths.values())}")
 
 
 def main(argv=None) -> None:
@@ -161,10 +177,12 @@ def main(argv=None) -> None:
     p.add_argument("--workflow-dir", default=".", help="the workflow's git checkout, for the run record")
     p.set_defaults(func=_promote)
 
-    p = sub.add_parser("report", help="efficiency table of finished runs")
+    p = sub.add_parser("report", help="efficiency table of runs, or of any SLURM jobs (--jobs, --since)")
     p.add_argument("--results", default="results")
-    p.add_argument("--out", default="results/report")
-    p.add_argument("runs", nargs="+")
+    p.add_argument("--out", help="also write efficiency.csv/.md/.html and the plots here")
+    p.add_argument("--jobs", help="any SLURM jobs: ID,ID,... (one sacct call)")
+    p.add_argument("--since", help="any SLURM jobs of yours started since DATE (sacct --starttime)")
+    p.add_argument("runs", nargs="*")
     p.set_defaults(func=_report)
 
     args = parser.parse_args(argv)

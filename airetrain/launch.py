@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from .manifest import record_stop
+
 
 def torchrun_command(plan: dict, script: str, script_args: list[str]) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *plan["torchrun"], script, *script_args]
@@ -70,32 +72,39 @@ def job_restarts(job_id: str) -> int:
 
 def continue_stopped(plan: dict, stopped: dict, env) -> int:
     """The trainer stopped early with a durable checkpoint: requeue this job, or say how to go on."""
+    code, action = _continue(plan, stopped, env)
+    record_stop(Path(plan["durable_dir"]).parent, stopped, env.get("SLURM_JOB_ID"), action)
+    if action == "requeued":
+        time.sleep(600)   # SLURM ends this job now; nothing more to do until then
+    return code
+
+
+def _continue(plan: dict, stopped: dict, env) -> tuple[int, str]:
     cfg = plan["config"]["checkpoint"]
     job_id = env.get("SLURM_JOB_ID")
     print(f"training stopped ({stopped['reason']}) at step {stopped['step']} of {stopped['of_steps']}; "
           f"checkpoint {stopped['checkpoint']['path']} is durable", flush=True)
     if not job_id:
         print("not in a SLURM job: run the same command again to resume", flush=True)
-        return EXIT_STOPPED
+        return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
     if stopped["reason"] != "deadline":   # scancel or preemption: SLURM decides what happens next
-        return EXIT_STOPPED
+        return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
     if not cfg["requeue"]:
         print(f"checkpoint.requeue is false: exiting {EXIT_STOPPED}; Snakemake's --retries resubmits it", flush=True)
-        return EXIT_STOPPED
+        return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
     restarts = job_restarts(job_id)
     if restarts >= cfg["max_requeues"]:
         print(f"job {job_id} was requeued {restarts} times already (checkpoint.max_requeues = "
               f"{cfg['max_requeues']}): not again; resubmit to continue", flush=True)
-        return 1
+        return 1, "exit 1: max_requeues reached"
     proc = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"scontrol requeue {job_id} was refused ({proc.stderr.strip()}): exiting {EXIT_STOPPED} "
               "so that Snakemake's --retries resubmits the run", flush=True)
-        return EXIT_STOPPED
+        return EXIT_STOPPED, f"exit {EXIT_STOPPED}: requeue refused"
     print(f"requeued job {job_id} (restart {restarts + 1} of at most {cfg['max_requeues']}); "
           "SLURM ends this run of it now", flush=True)
-    time.sleep(600)   # SLURM kills this job; nothing more to do until then
-    return EXIT_STOPPED
+    return EXIT_STOPPED, "requeued"
 
 
 def run(plan: dict, script: str, script_args: list[str], out: str) -> int:

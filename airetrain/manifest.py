@@ -68,6 +68,24 @@ def record_session(run_dir: str | Path, job_id: str | None, resumed_from_step: i
                             "hostnames": hosts}) + "\n")
 
 
+STOPS = "stops.jsonl"
+
+
+def record_stop(run_dir: str | Path, stopped: dict, job_id: str | None, action: str) -> None:
+    """Append an early stop (deadline, signal) and what followed (requeued, exit code) to the durable
+    run directory: Snakemake deletes the rule's log when the requeued job runs the rule again."""
+    path = Path(run_dir) / STOPS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps({"slurm_job_id": job_id, "reason": stopped["reason"], "step": stopped["step"],
+                            "time": time.time(), "action": action}) + "\n")
+
+
+def stops(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / STOPS
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
 def sessions(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / SESSIONS
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
@@ -86,5 +104,6 @@ def build(plan: dict, train: dict, workflow_dir: str | Path, run_dir: str | Path
         "hostnames": sorted({h for s in runs for h in s["hostnames"]} | set(train.get("hostnames", []))),
         "slurm_job_ids": job_ids,
         "sessions": runs,
+        "stops": stops(run_dir),
         "checkpoint": train.get("checkpoint"),
     }

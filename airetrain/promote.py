@@ -13,10 +13,13 @@ from .checkpoint import CheckpointError
 from .fsutil import copy_atomic, copy_dir_atomic
 
 
-def promote(entry: dict, durable_dir: str | Path, keep: int | None = None) -> dict:
+def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_check: bool = True) -> dict:
     """entry: the checkpoint's manifest entry plus its "path" (train.json's "checkpoint").
 
-    With keep, older checkpoints on scratch are removed, but only after this one verified there."""
+    The copy's sha256s are checked as its bytes are written. full_check also reads the durable
+    copy back, hashes it and loads it (weights_only=True): the promote rule does; the trainer's
+    background promotion skips it to stay short. With keep, older checkpoints on scratch are
+    removed, but only after this one is in place there."""
     src, durable_dir = Path(entry["path"]), Path(durable_dir)
     dst = durable_dir / src.name
     try:
@@ -31,8 +34,8 @@ def promote(entry: dict, durable_dir: str | Path, keep: int | None = None) -> di
         else:
             copy_atomic(src, dst, expected_sha256=entry["sha256"])
         mode = "copied"
-    checkpoint.verify(dst, entry)  # raises if it does not hash or load
+    if full_check or mode == "written there":
+        checkpoint.verify(dst, entry)  # raises if it does not hash or load
     checkpoint.record(durable_dir, entry, keep)
     return {**{k: v for k, v in entry.items() if k != "path"}, "path": str(dst), "source": str(src),
             "mode": mode, "verified": True}
-

@@ -1,11 +1,12 @@
-"""The efficiency table: one row per run, from what the job used and what the trainer measured.
+"""The efficiency table: one row per run (or per SLURM job), what it used of what it asked for, and advice.
 
 Sources, per run directory results/<run>/:
-    train.json         the trainer's own figures (throughput, data wait, accuracy, job id)
-    plan.json          what was asked for (cores, memory, time)
-    SLURM accounting   one `sacct` call for every run's job (airetrain.sacct), where there is sacct
+    train.json         the trainer's own figures (throughput, MFU, GPU use, data wait, job id)
+    plan.json          what was asked for, and the strategy's memory estimate
+    SLURM accounting   ONE `sacct` call for every run's job (airetrain.sacct), where there is sacct
     benchmarks/*.tsv   Snakemake `benchmark:` files: wall time, CPU time, peak RSS of each step
-                       (the fallback without SLURM accounting)
+                       (the fallback without SLURM accounting: a laptop)
+`airetrain report --jobs/--since` builds the same table for any SLURM jobs (accounting columns only).
 """
 from __future__ import annotations
 
@@ -13,23 +14,42 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import sacct
+from .advice import advise
 from .fsutil import read_json
 
 STEPS = ("stage", "train", "promote")
 COLUMNS = {
-    "run": "run name",
-    "state": "done: trained and the checkpoint promoted; trained: not promoted; missing: no train.json",
-    "elapsed_s": "wall seconds of stage + train + promote",
-    "cpu_eff": "CPU time / (elapsed x allocated cores), as seff's CPU efficiency (0-1)",
-    "max_rss_mb": "peak resident memory of any step, MB",
-    "mem_eff": "max_rss / requested memory (0-1)",
+    "run": "run name (for --jobs/--since: the job's name)",
+    "state": "done: trained and promoted; trained: not promoted; stopped: stopped early, will resume; missing: no train.json",
+    "job_id": "SLURM job id (empty outside SLURM)",
+    "job_state": "SLURM's final state (COMPLETED, TIMEOUT, OUT_OF_MEMORY, CANCELLED, FAILED, RUNNING, MISSING)",
+    "status": "what to know about the figures (running: so far; requeued N x; not in accounting)",
+    "elapsed_s": "wall seconds of the job (last run of a requeued job); stage + train + promote locally",
+    "timelimit_s": "the job's time limit, seconds",
+    "time_eff": "elapsed / time limit (0-1): TimeEff",
+    "cpus": "allocated cores, all nodes",
+    "cpu_eff": "CPU time of all steps / (elapsed x allocated cores), seff's CPU efficiency (0-1): CPUEff",
+    "mem_used_mb": "the largest step's memory, every task's peak summed (seff's 'Memory Utilized'), MB",
+    "mem_alloc_mb": "allocated memory, all nodes, MB",
+    "mem_eff": "mem_used / mem_alloc (0-1), seff's memory efficiency: MemEff",
+    "gpus": "allocated GPUs",
+    "gpu_hours": "GPUs x elapsed, every run of a requeued job included",
+    "gpu_util": "GPU utilisation: the trainer's NVML mean, else SLURM's gres/gpuutil peak (0-1)",
+    "gpu_mem_peak_mb": "GPU memory peak: the trainer's NVML figure, else SLURM's gres/gpumem, MB",
+    "world_size": "training ranks",
+    "strategy": "ddp or fsdp",
     "samples_per_s": "training throughput over all ranks",
+    "mfu": "model FLOPs utilisation against the GPU's bf16 peak (0-1; GPU only)",
     "data_wait_frac": "share of step time spent waiting for the data loader (0-1)",
     "eval_accuracy": "accuracy on the held-out split",
-    "world_size": "ranks",
-    "slurm_job_id": "SLURM job id (empty outside SLURM)",
+    "requeues": "times SLURM requeued the job",
+    "seff_check": "where seff is installed: 'agrees' (within 0.1 point) or what differs",
     "source": "where elapsed, cpu_eff and memory come from: sacct, or benchmark (Snakemake's, local runs)",
+    "advice": "what to ask for next time, with the numbers behind it",
 }
+ACCOUNTING = ("job_state", "status", "elapsed_s", "timelimit_s", "time_eff", "cpus", "cpu_eff", "mem_used_mb",
+              "mem_alloc_mb", "mem_eff", "gpus", "gpu_hours", "requeues")
 
 
 def _benchmarks(run_dir: Path) -> pd.DataFrame | None:
@@ -38,54 +58,104 @@ def _benchmarks(run_dir: Path) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
+def _rounded(figures: dict) -> dict:
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}
+
+
+def job_row(job: sacct.Job) -> dict:
+    """Accounting columns of one job: what seff shows, and more."""
+    f = job.figures()
+    row = {k: f[k] for k in ("elapsed_s", "timelimit_s", "time_eff", "cpus", "cpu_eff", "mem_used_mb",
+                             "mem_alloc_mb", "mem_eff", "gpus", "gpu_hours", "requeues", "status")}
+    row.update({"job_state": f["state"], "job_id": job.job_id, "source": "sacct"})
+    if f["gpu_util_max"] is not None:
+        row["gpu_util"] = f["gpu_util_max"]
+    if f["gpu_mem_max_mb"] is not None:
+        row["gpu_mem_peak_mb"] = f["gpu_mem_max_mb"]
+    return _rounded(row)
+
+
+def benchmark_row(bench: pd.DataFrame, plan: dict) -> dict:
+    """Without SLURM: the same columns from Snakemake's benchmark files (cores and memory from the plan)."""
+    elapsed, cpu = float(bench["s"].sum()), float(bench["cpu_time"].sum())
+    cores = plan.get("cpus_per_node", 1) * plan.get("nodes", 1)
+    used = float(bench["max_rss"].max())
+    alloc = plan["mem_gb_per_node"] * 1024 * plan.get("nodes", 1) if plan else None
+    return _rounded({"source": "benchmark", "elapsed_s": elapsed, "cpus": cores,
+                     "cpu_eff": cpu / (elapsed * cores) if elapsed > 0 else None,
+                     "mem_used_mb": used, "mem_alloc_mb": alloc, "mem_eff": used / alloc if alloc else None})
+
+
 def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
     row = {"run": run_dir.name}
     plan = read_json(run_dir / "plan.json") if (run_dir / "plan.json").exists() else {}
     train = read_json(run_dir / "train.json") if (run_dir / "train.json").exists() else None
     promoted = (run_dir / "checkpoint.json").exists()
-    row["state"] = "missing" if train is None else ("done" if promoted else "trained")
-    bench = _benchmarks(run_dir)
+    stopped = (run_dir / "STOPPED").exists()
+    row["state"] = "stopped" if stopped and train is None else \
+        "missing" if train is None else ("done" if promoted else "trained")
     job = (accounting or {}).get(str((train or {}).get("slurm_job_id")))
-    if job:  # the whole allocation, every node: what seff would show
-        row.update({"elapsed_s": job["elapsed_s"], "cpu_eff": _round(job["cpu_eff"]),
-                    "max_rss_mb": round(job["max_rss_mb"], 1), "mem_eff": _round(job["mem_eff"]),
-                    "source": "sacct"})
+    bench = _benchmarks(run_dir)
+    if job:
+        row.update(job_row(job))
     elif bench is not None:
-        row["source"] = "benchmark"
-        elapsed, cpu = bench["s"].sum(), bench["cpu_time"].sum()
-        cores = plan.get("cpus_per_node", 1) * plan.get("nodes", 1)
-        row["elapsed_s"] = round(float(elapsed), 2)
-        row["cpu_eff"] = round(float(cpu / (elapsed * cores)), 4) if elapsed > 0 else None
-        row["max_rss_mb"] = round(float(bench["max_rss"].max()), 1)
-        if plan:
-            row["mem_eff"] = round(float(bench["max_rss"].max() / (plan["mem_gb_per_node"] * 1024)), 4)
+        row.update(benchmark_row(bench, plan))
     if train:
-        for key in ("samples_per_s", "data_wait_frac", "eval_accuracy", "world_size", "slurm_job_id"):
+        for key in ("samples_per_s", "mfu", "data_wait_frac", "eval_accuracy", "world_size", "strategy"):
             row[key] = train.get(key)
+        row["job_id"] = train.get("slurm_job_id") or row.get("job_id")
+        if train.get("gpu_util_mean") is not None:
+            row["gpu_util"] = round(train["gpu_util_mean"] / 100 if train["gpu_util_mean"] > 1
+                                    else train["gpu_util_mean"], 4)
+        if train.get("gpu_mem_peak_bytes"):
+            row["gpu_mem_peak_mb"] = round(train["gpu_mem_peak_bytes"] / 2 ** 20, 1)
+        row["memory_estimate"] = train.get("memory_estimate")
     return row
 
 
-def _round(value):
-    return round(value, 4) if value is not None else None
-
-
-def table(results: str | Path, runs: list[str]) -> pd.DataFrame:
-    from .sacct import query
-
-    job_ids = [read_json(p).get("slurm_job_id") for run in runs
-               if (p := Path(results) / run / "train.json").exists()]
-    accounting = query(job_ids)  # one call for all runs
-    rows = [run_row(Path(results) / run, accounting) for run in runs]
+def _finish(rows: list[dict], checks: dict[str, str]) -> pd.DataFrame:
+    for row in rows:
+        row["advice"] = "; ".join(advise(row))
+        if checks and row.get("job_id") in checks:
+            row["seff_check"] = checks[row["job_id"]]
     return pd.DataFrame(rows).reindex(columns=list(COLUMNS))
 
 
+def table(results: str | Path, runs: list[str]) -> pd.DataFrame:
+    """The pipeline's table: one row per run, one sacct call for all their jobs."""
+    job_ids = [str(j) for run in runs if (p := Path(results) / run / "train.json").exists()
+               and (j := read_json(p).get("slurm_job_id"))]
+    accounting = sacct.query(job_ids)
+    rows = [run_row(Path(results) / run, accounting) for run in runs]
+    return _finish(rows, sacct.seff_check({j: accounting[j] for j in job_ids if j in accounting})
+                   if accounting else {})
+
+
+def jobs_table(job_ids: list[str] | None = None, since: str | None = None, text: str | None = None) -> pd.DataFrame:
+    """Any SLURM jobs (by id, or started since a date), from one sacct call (or its captured text)."""
+    jobs = sacct.parse(text, job_ids) if text is not None else sacct.query(job_ids, since)
+    if jobs is None:
+        raise RuntimeError("sacct is not available here (or it failed): this needs SLURM accounting")
+    rows = [{"run": job.name or job.job_id, **job_row(job)} for job in jobs.values()]
+    return _finish(rows, sacct.seff_check(jobs) if text is None else {})
+
+
+SHOWN = ["run", "state", "job_id", "job_state", "elapsed_s", "time_eff", "cpu_eff", "mem_eff", "gpu_hours",
+         "gpu_util", "samples_per_s", "data_wait_frac", "eval_accuracy", "source"]
+
+
 def to_markdown(df: pd.DataFrame) -> str:
-    shown = df.astype(object).where(df.notna(), "")
-    header = "| " + " | ".join(df.columns) + " |"
-    rule = "| " + " | ".join("---" for _ in df.columns) + " |"
+    shown_cols = [c for c in SHOWN if c in df.columns and df[c].notna().any()]
+    shown = df[shown_cols].astype(object).where(df[shown_cols].notna(), "")
+    header = "| " + " | ".join(shown_cols) + " |"
+    rule = "| " + " | ".join("---" for _ in shown_cols) + " |"
     body = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in shown.itertuples(index=False)]
-    legend = ["", "Columns:", *(f"- `{k}`: {v}" for k, v in COLUMNS.items())]
-    return "\n".join([header, rule, *body, *legend]) + "\n"
+    advice = [f"- **{r['run']}**: {r['advice']}" for _, r in df.iterrows() if r.get("advice")]
+    parts = [header, rule, *body]
+    if advice:
+        parts += ["", "Advice:", *advice]
+    parts += ["", "Columns (efficiency.csv has them all):", *(f"- `{k}`: {v}" for k, v in COLUMNS.items())]
+    return "\n".join(parts) + "\n"
 
 
 def _fmt(value) -> str:
@@ -94,10 +164,14 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def write(results: str | Path, runs: list[str], out_dir: str | Path) -> pd.DataFrame:
+def write(df: pd.DataFrame, out_dir: str | Path, results: str | Path | None = None) -> dict[str, Path]:
+    """efficiency.csv, efficiency.md, efficiency.html and the plots as PNG files."""
+    from .report_html import write_html
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    df = table(results, runs)
-    df.to_csv(out_dir / "efficiency.csv", index=False)
-    (out_dir / "efficiency.md").write_text(to_markdown(df))
-    return df
+    paths = {"csv": out_dir / "efficiency.csv", "md": out_dir / "efficiency.md"}
+    df.drop(columns=["memory_estimate"], errors="ignore").to_csv(paths["csv"], index=False)
+    paths["md"].write_text(to_markdown(df))
+    paths.update(write_html(df, out_dir, results))
+    return paths

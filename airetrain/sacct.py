@@ -1,22 +1,33 @@
-"""Accounting figures for many SLURM jobs from ONE `sacct` call, folded per job as seff does.
+"""Accounting figures for many SLURM jobs from ONE `sacct` call, folded per job the way seff does.
 
-CPU efficiency = TotalCPU / (Elapsed x allocated cores); memory efficiency = the largest MaxRSS
-of any step / the memory allocated per node. (The full seff cross-check, GPU TRES and advice are
-issue #6.)
+seff's figures (contribs/seff/seff in SLURM's source), computed from the same accounting records:
+- CPU efficiency = the CPU time of all steps / (Elapsed x allocated cores).
+- Memory used = the largest, over the job's steps, of the step's TRESUsageInTot memory (the sum
+  of the peaks of all its tasks, on every node); memory efficiency = that / the allocated memory
+  (AllocTRES mem: --mem per node x nodes, or --mem-per-cpu x cores).
+Beyond seff: TimeEff = Elapsed / Timelimit, GPU-hours = GPUs x Elapsed (every run of a requeued
+job counts), and the GPU TRES SLURM gathers where it can (TRESUsageInMax gres/gpuutil, gres/gpumem).
+
+A requeued job has one allocation row per run (`sacct --duplicates`); its figures are those of the
+last run, with the earlier runs counted. Array tasks (123_4) are jobs of their own. A running job
+gets figures so far; an id sacct does not know gets state MISSING. Nothing here raises on odd rows.
 """
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass, field
 
-FIELDS = ["JobID", "State", "Elapsed", "TotalCPU", "AllocCPUS", "NNodes", "MaxRSS", "AllocTRES"]
-UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2}
+FIELDS = ["JobID", "JobIDRaw", "JobName", "State", "ExitCode", "Start", "Elapsed", "Timelimit", "TotalCPU",
+          "AllocCPUS", "ReqMem", "NNodes", "NTasks", "MaxRSS", "AllocTRES", "TRESUsageInTot", "TRESUsageInMax"]
+UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2, "P": 1024.0 ** 3}
+UNLIMITED = ("UNLIMITED", "Partition_Limit", "INVALID", "")
 
 
 def seconds(text: str) -> float:
-    """sacct durations: [D-]HH:MM:SS, MM:SS.mmm, HH:MM:SS.mmm."""
-    if not text or text in ("INVALID", "UNLIMITED", "Partition_Limit"):
+    """sacct durations: [D-]HH:MM:SS, MM:SS.mmm, HH:MM:SS.mmm; '' and UNLIMITED -> 0."""
+    if not text or text in UNLIMITED:
         return 0.0
     days, _, rest = text.rpartition("-")
     parts = [float(p) for p in rest.split(":")]
@@ -26,42 +37,241 @@ def seconds(text: str) -> float:
 
 
 def megabytes(text: str) -> float:
-    """'411280K', '1.5G', '4000M', '0' -> MB (MiB, as SLURM counts)."""
-    m = re.fullmatch(r"([\d.]+)([KMGT]?)", text or "")
+    """'411280K', '1.5G', '4000M', '4000Mn', '0' -> MB (MiB, as SLURM counts; no unit = MB)."""
+    m = re.fullmatch(r"([\d.]+)([KMGTP]?)[nc]?", text or "")
     return float(m.group(1)) * UNITS.get(m.group(2) or "M", 1.0) if m else 0.0
 
 
-def parse(text: str) -> dict[str, dict]:
-    """sacct --parsable2 --noheader rows of FIELDS -> {job id: figures}, steps folded in."""
-    jobs: dict[str, dict] = {}
-    for line in text.splitlines():
-        row = dict(zip(FIELDS, line.split("|")))
-        if len(row) < len(FIELDS):
-            continue
-        job_id, _, step = row["JobID"].partition(".")
-        job = jobs.setdefault(job_id, {"max_rss_mb": 0.0})
-        if not step:  # the allocation's own row
-            tres = dict(item.split("=", 1) for item in row["AllocTRES"].split(",") if "=" in item)
-            job.update({"state": row["State"].split()[0], "elapsed_s": seconds(row["Elapsed"]),
-                        "total_cpu_s": seconds(row["TotalCPU"]), "cpus": int(row["AllocCPUS"] or 0),
-                        "nodes": int(row["NNodes"] or 1), "mem_mb": megabytes(tres.get("mem", "0"))})
-        else:
-            job["max_rss_mb"] = max(job["max_rss_mb"], megabytes(row["MaxRSS"]))
-    for job in jobs.values():
-        if "elapsed_s" not in job:
-            continue
-        core_s = job["elapsed_s"] * job["cpus"]
-        job["cpu_eff"] = job["total_cpu_s"] / core_s if core_s else None
-        per_node = job["mem_mb"] / job["nodes"] if job["mem_mb"] else 0
-        job["mem_eff"] = job["max_rss_mb"] / per_node if per_node else None
-    return {k: v for k, v in jobs.items() if "elapsed_s" in v}
+def tres(text: str) -> dict[str, str]:
+    """'cpu=6,mem=12G,gres/gpu=6' -> {'cpu': '6', 'mem': '12G', 'gres/gpu': '6'}."""
+    return dict(item.split("=", 1) for item in (text or "").split(",") if "=" in item)
 
 
-def query(job_ids: list[str]) -> dict[str, dict] | None:
-    """Figures of these jobs from one sacct call; None where there is no sacct (a laptop)."""
-    ids = sorted({str(j) for j in job_ids if j})
-    if not ids or shutil.which("sacct") is None:
+def tres_number(value: str | None) -> float | None:
+    """A TRES usage value: a count ('87'), a size ('5.2G'), or missing."""
+    if value is None or value == "":
         return None
-    proc = subprocess.run(["sacct", "--noheader", "--parsable2", "--jobs", ",".join(ids),
-                           "--format", ",".join(FIELDS)], capture_output=True, text=True, timeout=120)
-    return parse(proc.stdout) if proc.returncode == 0 else None
+    m = re.fullmatch(r"([\d.]+)([KMGTP]?)", value)
+    if not m:
+        return None
+    return float(m.group(1)) * (UNITS[m.group(2)] if m.group(2) else 1.0)
+
+
+@dataclass
+class Job:
+    """One SLURM job (or array task), its steps folded in."""
+    job_id: str
+    name: str = ""
+    state: str = "MISSING"
+    exit_code: str = ""
+    elapsed_s: float = 0.0
+    timelimit_s: float | None = None
+    cpus: int = 0
+    nodes: int = 0
+    gpus: int = 0
+    mem_alloc_mb: float = 0.0
+    total_cpu_s: float = 0.0
+    mem_used_mb: float = 0.0
+    max_task_rss_mb: float = 0.0
+    gpu_util_max: float | None = None
+    gpu_mem_max_mb: float | None = None
+    runs: int = 0                      # 1 + times requeued
+    elapsed_all_runs_s: float = 0.0
+    step_ids: list[str] = field(default_factory=list)
+
+    @property
+    def cpu_eff(self) -> float | None:
+        core_s = self.elapsed_s * self.cpus
+        return self.total_cpu_s / core_s if core_s and self.state != "MISSING" else None
+
+    @property
+    def mem_eff(self) -> float | None:
+        return self.mem_used_mb / self.mem_alloc_mb if self.mem_alloc_mb else None
+
+    @property
+    def time_eff(self) -> float | None:
+        return self.elapsed_s / self.timelimit_s if self.timelimit_s else None
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * self.elapsed_all_runs_s / 3600
+
+    @property
+    def status(self) -> str:
+        """What a user should know about this job's figures."""
+        notes = {
+            "MISSING": "not in accounting (wrong id, or purged)",
+            "RUNNING": "running: figures so far",
+            "PENDING": "pending: no figures yet",
+            "TIMEOUT": "hit its time limit",
+            "OUT_OF_MEMORY": "ran out of memory",
+            "CANCELLED": "cancelled",
+            "FAILED": f"failed (exit code {self.exit_code})",
+            "NODE_FAIL": "a node failed",
+            "PREEMPTED": "preempted",
+            "REQUEUED": "requeued: waiting to run again",
+            "COMPLETED": "completed",
+        }
+        text = notes.get(self.state, self.state.lower())
+        if self.runs > 1:
+            text += f"; requeued {self.runs - 1}x"
+        return text
+
+    def figures(self) -> dict:
+        return {"job_id": self.job_id, "job_name": self.name, "state": self.state, "status": self.status,
+                "elapsed_s": self.elapsed_s, "timelimit_s": self.timelimit_s, "cpus": self.cpus,
+                "nodes": self.nodes, "gpus": self.gpus, "total_cpu_s": self.total_cpu_s,
+                "cpu_eff": self.cpu_eff, "mem_used_mb": self.mem_used_mb, "mem_alloc_mb": self.mem_alloc_mb,
+                "mem_eff": self.mem_eff, "time_eff": self.time_eff, "gpu_hours": self.gpu_hours,
+                "gpu_util_max": self.gpu_util_max, "gpu_mem_max_mb": self.gpu_mem_max_mb,
+                "requeues": max(self.runs - 1, 0)}
+
+
+def _allocation(job: Job, row: dict) -> None:
+    """A job's own row (the newest run of a requeued job comes last): what was allocated."""
+    alloc = tres(row["AllocTRES"])
+    job.runs += 1
+    job.name = row["JobName"]
+    job.state = (row["State"].split() or ["UNKNOWN"])[0]   # "CANCELLED by 1000" -> CANCELLED
+    job.exit_code = row["ExitCode"]
+    job.elapsed_s = seconds(row["Elapsed"])
+    job.elapsed_all_runs_s += job.elapsed_s
+    job.timelimit_s = seconds(row["Timelimit"]) or None
+    job.cpus = int(row["AllocCPUS"] or 0)
+    job.nodes = int(row["NNodes"] or 0) or 1
+    job.gpus = int(float(alloc.get("gres/gpu", 0) or 0))
+    job.mem_alloc_mb = megabytes(alloc.get("mem", ""))
+    if not job.mem_alloc_mb and row["ReqMem"]:   # no AllocTRES (old records): from the request
+        per = job.cpus if row["ReqMem"].endswith("c") else job.nodes
+        job.mem_alloc_mb = megabytes(row["ReqMem"]) * per
+    # a new run starts its step figures afresh
+    job.total_cpu_s, job.mem_used_mb, job.max_task_rss_mb, job.step_ids = 0.0, 0.0, 0.0, []
+    job.gpu_util_max = job.gpu_mem_max_mb = None
+    job._alloc_total_cpu_s = seconds(row["TotalCPU"])  # noqa: used when there are no step rows
+
+
+def _step(job: Job, row: dict) -> None:
+    job.step_ids.append(row["JobID"])
+    job.total_cpu_s += seconds(row["TotalCPU"])
+    total, peak = tres(row["TRESUsageInTot"]), tres(row["TRESUsageInMax"])
+    task_peak = megabytes(peak.get("mem", "")) or megabytes(row["MaxRSS"])
+    # seff: TRESUsageInTot's mem is the sum of every task's peak; older records: MaxRSS x tasks
+    step_mem = megabytes(total.get("mem", "")) or task_peak * int(row["NTasks"] or 1)
+    job.mem_used_mb = max(job.mem_used_mb, step_mem)
+    job.max_task_rss_mb = max(job.max_task_rss_mb, task_peak)
+    util, gmem = tres_number(peak.get("gres/gpuutil")), tres_number(peak.get("gres/gpumem"))
+    if util is not None:
+        job.gpu_util_max = max(job.gpu_util_max or 0.0, util / 100)
+    if gmem is not None:
+        job.gpu_mem_max_mb = max(job.gpu_mem_max_mb or 0.0, gmem)
+
+
+def parse(text: str, wanted: list[str] | None = None) -> dict[str, Job]:
+    """`sacct --parsable2 --noheader --duplicates --format=FIELDS` -> {job id: Job}.
+
+    wanted: the ids asked for; any that sacct did not return are included with state MISSING."""
+    jobs: dict[str, Job] = {}
+    for line in text.splitlines():
+        values = line.split("|")
+        if len(values) < len(FIELDS):
+            continue
+        row = dict(zip(FIELDS, values))
+        job_id, dot, _ = row["JobID"].partition(".")
+        job = jobs.setdefault(job_id, Job(job_id))
+        if dot:
+            _step(job, row)
+        else:
+            _allocation(job, row)
+    for job in jobs.values():
+        if not job.step_ids and job.runs:   # e.g. a job that never started a step
+            job.total_cpu_s = getattr(job, "_alloc_total_cpu_s", 0.0)
+    for wanted_id in wanted or []:
+        if not any(j == wanted_id or j.startswith(f"{wanted_id}_") for j in jobs):
+            jobs[wanted_id] = Job(wanted_id)
+    return jobs
+
+
+def command(job_ids: list[str] | None = None, since: str | None = None) -> list[str]:
+    cmd = ["sacct", "--noheader", "--parsable2", "--duplicates", "--format", ",".join(FIELDS)]
+    if job_ids:
+        cmd += ["--jobs", ",".join(job_ids)]
+    if since:
+        cmd += ["--starttime", since]
+    return cmd
+
+
+def query(job_ids: list[str] | None = None, since: str | None = None) -> dict[str, Job] | None:
+    """Every job's figures from ONE sacct call; None where there is no sacct (a laptop) or it fails."""
+    ids = sorted({str(j) for j in job_ids or [] if j})
+    if (not ids and not since) or shutil.which("sacct") is None:
+        return None
+    proc = subprocess.run(command(ids, since), capture_output=True, text=True, timeout=300)
+    return parse(proc.stdout, ids) if proc.returncode == 0 else None
+
+
+# ---- seff, where a site installs it: its figures, to show any disagreement with ours
+SEFF_LINES = {"cpu_eff": r"CPU Efficiency:\s+([\d.]+)%", "mem_eff": r"Memory Efficiency:\s+([\d.]+)%"}
+
+
+def parse_seff(text: str) -> dict[str, float]:
+    """seff's printed CPU and memory efficiency, as fractions."""
+    found = {}
+    for key, pattern in SEFF_LINES.items():
+        if m := re.search(pattern, text):
+            found[key] = float(m.group(1)) / 100
+    return found
+
+
+def seff_disagreement(job: Job, seff: dict[str, float], tolerance: float = 0.001) -> str:
+    """'' when seff agrees to 0.1 percentage point, else what differs."""
+    ours = {"cpu_eff": job.cpu_eff, "mem_eff": job.mem_eff}
+    diffs = [f"{key} seff {value:.2%} vs {ours[key] or 0:.2%}" for key, value in seff.items()
+             if abs(value - (ours[key] or 0)) > tolerance]
+    return "; ".join(diffs)
+
+
+def seff_check(jobs: dict[str, Job]) -> dict[str, str]:
+    """Run seff for each job where it is installed: {job id: disagreement or 'agrees'}."""
+    if shutil.which("seff") is None:
+        return {}
+    checks = {}
+    for job_id, job in jobs.items():
+        if job.state == "MISSING":
+            continue
+        out = subprocess.run(["seff", job_id], capture_output=True, text=True, timeout=60).stdout
+        seff = parse_seff(out)
+        checks[job_id] = (seff_disagreement(job, seff) or "agrees") if seff else "seff printed no figures"
+    return checks
+
+
+def synthetic(n_jobs: int, seed: int = 0) -> str:
+    """sacct text for n_jobs made-up jobs (batch step + one srun step each; every 10th requeued once),
+    with known figures: for benchmarks and tests of the folding at scale."""
+    import random
+
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n_jobs):
+        job = str(100000 + i)
+        cpus, nodes, gpus = rng.choice([(8, 1, 1), (24, 1, 3), (48, 2, 6)])
+        elapsed, cpu = rng.randint(60, 7200), 0.0
+        runs = 2 if i % 10 == 0 else 1
+        for run in range(runs):
+            cpu = elapsed * cpus * rng.uniform(0.1, 0.9)
+            state = "REQUEUED" if run < runs - 1 else "COMPLETED"
+            alloc = f"billing={cpus},cpu={cpus},gres/gpu={gpus},mem={nodes * 64}G,node={nodes}"
+            lines.append("|".join([job, job, f"run{i}", state, "0:0", "2026-11-29T10:00:00", _hms(elapsed),
+                                   "02:00:00", _hms(cpu), str(cpus), f"{nodes * 64}G", str(nodes), "", "", alloc,
+                                   "", ""]))
+            for step, share in (("batch", 0.05), ("0", 0.95)):
+                mem_k = int(rng.uniform(1, 60) * 2 ** 20)
+                lines.append("|".join([f"{job}.{step}", f"{job}.{step}", step, "COMPLETED", "0:0", "",
+                                       _hms(elapsed), "", _hms(cpu * share), str(cpus), "", str(nodes),
+                                       str(nodes), f"{mem_k}K", alloc, f"cpu={_hms(cpu * share)},mem={mem_k * nodes}K",
+                                       f"cpu={_hms(cpu * share)},mem={mem_k}K,gres/gpuutil={rng.randint(10, 99)}"]))
+    return "\n".join(lines) + "\n"
+
+
+def _hms(s: float) -> str:
+    whole = int(s)
+    return f"{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}.{int((s - whole) * 1000):03d}"

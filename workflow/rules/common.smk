@@ -37,6 +37,7 @@ def get_final_outputs():
         *expand("results/{run}/checkpoint.json", run=RUNS),
         "results/report/efficiency.csv",
         "results/report/efficiency.md",
+        "results/report/efficiency.html",
     ]
 
 

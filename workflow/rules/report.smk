@@ -2,14 +2,23 @@ rule report:
     input:
         expand("results/{run}/checkpoint.json", run=RUNS),
     output:
-        csv="results/report/efficiency.csv",
+        csv=report("results/report/efficiency.csv", caption="../report/table.rst", category="Efficiency"),
         md="results/report/efficiency.md",
+        html=report("results/report/efficiency.html", caption="../report/table.rst", category="Efficiency"),
+        efficiency=report(
+            "results/report/efficiency.png", caption="../report/efficiency.rst", category="Efficiency"
+        ),
+        throughput=report(
+            "results/report/throughput.png", caption="../report/throughput.rst", category="Efficiency"
+        ),
+        loss=report("results/report/loss.png", caption="../report/loss.rst", category="Training"),
     params:
         runs=RUNS,
+        out=subpath(output.csv, parent=True),
     log:
         "logs/report.log",
     localrule: True
     conda:
         "../../envs/aire.yaml"
     shell:
-        "python -m airetrain report --results results --out results/report {params.runs:q} > {log:q} 2>&1"
+        "python -m airetrain report --results results --out {params.out:q} {params.runs:q} > {log:q} 2>&1"

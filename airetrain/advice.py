@@ -1,0 +1,69 @@
+"""What to ask for next time: advice for one row of the efficiency table, each with its numbers.
+
+A row holds the job's accounting figures (cpu_eff, mem_*, time_eff, gpu_*), and for pipeline runs
+the trainer's (data_wait_frac, gpu_util, gpu_mem_peak_mb, strategy, per-rank settings from the
+plan). Thresholds are deliberately plain: below half of what was asked for is worth changing.
+"""
+from __future__ import annotations
+
+import math
+
+LOW = 0.5             # below this share of a request, ask for less
+DATA_BOUND = 0.3      # data wait share above which the loader, not the GPU, sets the pace
+HEADROOM = 1.2        # memory: peak + 20 %
+TIME_HEADROOM = 1.5   # time: 1.5 x what was used
+L40S_GB = 48
+
+
+def _num(row: dict, key: str):
+    value = row.get(key)
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def advise(row: dict) -> list[str]:
+    tips = []
+    state = row.get("job_state") or ""
+    cpu_eff, mem_eff, time_eff = _num(row, "cpu_eff"), _num(row, "mem_eff"), _num(row, "time_eff")
+    wait = _num(row, "data_wait_frac")
+    cpus, ranks = _num(row, "cpus"), _num(row, "world_size") or 1
+    if state == "OUT_OF_MEMORY":
+        tips.append(f"ran out of memory with {row.get('mem_alloc_mb', 0):.0f} MB: ask for more memory "
+                    "(mem_gb_per_rank), or lower batch.per_device")
+    if state == "TIMEOUT":
+        tips.append(f"hit its time limit after {row.get('elapsed_s', 0) / 60:.0f} min: raise time_min.train, "
+                    "or keep checkpoint.requeue on so it continues from its checkpoint")
+    finished = state in ("COMPLETED", "")
+    if cpu_eff is not None and cpus and cpu_eff < LOW and finished:
+        used = max(1, math.ceil(cpu_eff * cpus / 0.8))
+        if wait is not None and wait > 0.1:
+            tips.append(f"CPU efficiency {cpu_eff:.0%} of {cpus} cores, yet {wait:.0%} of step time waits for "
+                        f"data: raise data.workers so the cores you have feed the GPUs")
+        else:
+            per_rank = max(1, math.ceil(used / ranks))
+            tips.append(f"CPU efficiency {cpu_eff:.0%} of {cpus} cores (about {cpu_eff * cpus:.1f} busy): "
+                        f"ask for ~{used} cores (cpus_per_rank: {per_rank})")
+    if mem_eff is not None and mem_eff < LOW and finished:
+        used = row["mem_used_mb"]
+        suggest = math.ceil(used * HEADROOM / 1024)
+        tips.append(f"memory: peak {used:.0f} MB of {row['mem_alloc_mb']:.0f} MB ({mem_eff:.0%}): "
+                    f"--mem={suggest}G would do (peak + 20 %)")
+    if time_eff is not None and time_eff < LOW and finished:
+        minutes = math.ceil(row["elapsed_s"] * TIME_HEADROOM / 60)
+        tips.append(f"time: used {row['elapsed_s'] / 60:.1f} of {row['timelimit_s'] / 60:.0f} min ({time_eff:.0%}): "
+                    f"ask for --time={minutes} min; shorter jobs start sooner (backfill)")
+    util = _num(row, "gpu_util")
+    if util is not None and util < LOW and wait is not None and wait > 0.1:
+        tips.append(f"GPU busy {util:.0%} while {wait:.0%} of step time waits for data: more data.workers, "
+                    "or stage the dataset to $TMP_SHARED")
+    gpu_mem = _num(row, "gpu_mem_peak_mb")
+    if gpu_mem is not None and gpu_mem < 0.3 * L40S_GB * 1024:
+        tips.append(f"GPU memory peak {gpu_mem / 1024:.1f} GB of {L40S_GB} GB: a larger batch.per_device "
+                    "would use the GPU better")
+    estimate = row.get("memory_estimate") or {}
+    if row.get("strategy") == "fsdp" and estimate.get("ddp_per_gpu_gb") is not None \
+            and estimate["ddp_per_gpu_gb"] < 0.8 * L40S_GB:
+        tips.append(f"FSDP was used, but DDP's estimated {estimate['ddp_per_gpu_gb']:.1f} GB per GPU fits: "
+                    "strategy: ddp avoids the all-gathers")
+    if wait is not None and wait > DATA_BOUND:
+        tips.append(f"more GPUs would not help: {wait:.0%} of step time is spent waiting for data")
+    return tips

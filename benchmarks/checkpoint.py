@@ -1,0 +1,110 @@
+"""How long training stalls per checkpoint: airetrain's async save vs a synchronous torch.save + fsync.
+
+One process (gloo, world size 1) holds a model of 6 x Linear(2048, 2048) (100 MB of weights) and
+its AdamW state (200 MB more). The baseline serializes that state with torch.save into a file and
+fsyncs it, as a training loop without background saving would, before the next step. airetrain's
+Checkpointer.save returns once the state is copied to CPU memory; the write, fsync, manifest and
+promotion to the durable directory run in a background thread, and the next save waits for them
+(so any wait counts as stall too). Both save every --every training steps; the background work
+also competes with training for the CPU, so the training steps' time with saves in flight is
+reported against the steps without. Goal (issue 5): stall <= 0.2 x the synchronous time.
+
+    python benchmarks/checkpoint.py [--saves 5] [--every 10] [--dir PATH] [--strategy ddp|fsdp]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from airetrain.checkpointer import Checkpointer  # noqa: E402
+from airetrain.dist import Dist  # noqa: E402
+from airetrain.parallel import Parallel  # noqa: E402
+from airetrain.plan import plan_all  # noqa: E402
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(6)])
+
+
+def train_step(par, optimizer) -> float:
+    t0 = time.perf_counter()
+    x = torch.randn(64, 2048)
+    par(x).square().mean().backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return time.perf_counter() - t0
+
+
+def sync_save(state: dict, path: Path) -> float:
+    t0 = time.perf_counter()
+    with open(path, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--saves", type=int, default=5)
+    ap.add_argument("--every", type=int, default=10, help="training steps between saves")
+    ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
+    ap.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp")
+    args = ap.parse_args()
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533"})
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    tmp = Path(args.dir or tempfile.mkdtemp(prefix="ckpt-bench-"))
+    config = {"roots": {"scratch": str(tmp / "scratch"), "tmp_shared": str(tmp / "fast")},
+              "runs": {"bench": {"strategy": args.strategy, "precision": "fp32",
+                                 "checkpoint": {"keep": 2, "every_steps": 1}}}}
+    plan = plan_all(config, env={"HOME": "/nonexistent"})["bench"]
+    net = model()
+    par = Parallel(net, plan, torch.device("cpu"))
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    train_step(par, optimizer)   # creates the AdamW state
+    state_mb = sum(t.numel() * t.element_size() for t in net.state_dict().values()) * 3 / 1e6
+
+    # baseline: the full state, torch.save + fsync, training waits for all of it
+    sync_s, quiet_steps = [], []
+    for i in range(args.saves):
+        state = {"model": net.state_dict(), "optimizer": optimizer.state_dict()}
+        sync_s.append(sync_save(state, tmp / f"sync-{i % 2}.pt"))
+        quiet_steps += [train_step(par, optimizer) for _ in range(args.every)]
+
+    ckpt = Checkpointer(Dist(0, 0, 1, torch.device("cpu")), par, optimizer, plan, tmp / "fast", False)
+    busy_steps = []
+    for i in range(args.saves):
+        ckpt.save({"step": i + 1, "epoch": 0, "step_in_epoch": i + 1, "config": plan["config"],
+                   "scheduler": {}, "scaler": None})
+        busy_steps += [train_step(par, optimizer) for _ in range(args.every)]
+    t0 = time.perf_counter()
+    ckpt.finish()
+    tail_s = time.perf_counter() - t0
+    stall = statistics.median(ckpt.stalls)
+    base = statistics.median(sync_s)
+    quiet, busy = statistics.mean(quiet_steps), statistics.mean(busy_steps)
+    print(f"state: {state_mb:.0f} MB (model + AdamW), {args.strategy}, {args.saves} saves, in {tmp}")
+    print(f"training step: {quiet * 1000:.0f} ms; {busy * 1000:.0f} ms while a save runs in the background "
+          f"({(busy * args.every - quiet * args.every) * 1000:.0f} ms more per save interval of {args.every} steps)")
+    print(f"synchronous torch.save + fsync: median {base * 1000:.0f} ms per save")
+    print(f"airetrain async stall:          median {stall * 1000:.0f} ms per save "
+          f"(each: {', '.join(f'{s * 1000:.0f}' for s in ckpt.stalls)} ms; last write + promotion "
+          f"finished {tail_s * 1000:.0f} ms after the loop)")
+    print(f"ratio stall / synchronous: {stall / base:.3f} (goal <= 0.2)")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
