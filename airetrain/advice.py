@@ -34,7 +34,7 @@ def advise(row: dict) -> list[str]:
                     "or keep checkpoint.requeue on so it continues from its checkpoint")
     finished = state in ("COMPLETED", "")
     if cpu_eff is not None and cpus and cpu_eff < LOW and finished:
-        used = max(1, math.ceil(cpu_eff * cpus / 0.8))
+        used = max(1, math.ceil(round(cpu_eff * cpus / 0.8, 6)))   # busy cores at 80 % load
         if wait is not None and wait > 0.1:
             tips.append(f"CPU efficiency {cpu_eff:.0%} of {cpus} cores, yet {wait:.0%} of step time waits for "
                         f"data: raise data.workers so the cores you have feed the GPUs")

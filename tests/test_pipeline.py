@@ -59,12 +59,23 @@ def test_efficiency_table_has_one_row_per_run(demo):
     rows = list(csv.DictReader(open(work / "results/report/efficiency.csv")))
     assert [r["run"] for r in rows] == ["digits-ddp"]
     row = rows[0]
-    for col in ("state", "elapsed_s", "cpu_eff", "max_rss_mb", "samples_per_s", "data_wait_frac", "eval_accuracy"):
+    for col in ("state", "elapsed_s", "cpu_eff", "mem_used_mb", "mem_eff", "samples_per_s", "data_wait_frac",
+                "eval_accuracy"):
         assert row[col] != "", col
     assert row["state"] == "done" and 0 < float(row["cpu_eff"]) <= 1.5 and float(row["elapsed_s"]) > 0
     assert row["source"] == "benchmark"   # no SLURM job: Snakemake's benchmark files
     md = (work / "results/report/efficiency.md").read_text()
     assert md.startswith("| run | state | elapsed_s | cpu_eff") and "digits-ddp" in md
+    html = (work / "results/report/efficiency.html").read_text()
+    assert html.count("data:image/png;base64,") == 3 and "digits-ddp" in html
+
+
+def test_snakemake_report_includes_the_figures(demo, tmp_path):
+    work, _ = demo
+    snakemake(work, REPO / "config/config.yaml", "--report", str(tmp_path / "report.zip"))
+    import zipfile
+    names = zipfile.ZipFile(tmp_path / "report.zip").namelist()
+    assert any(n.endswith("efficiency.png") for n in names) and any(n.endswith("loss.png") for n in names)
 
 
 def test_second_run_has_nothing_to_do(demo):

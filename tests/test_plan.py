@@ -126,3 +126,11 @@ def test_cli_prints_a_table_and_refuses_with_exit_2(tmp_path):
     bad = write_config(tmp_path / "bad.yaml", {"runs": {"x": {"gpus": 4}}})
     proc = run(["airetrain", "plan", "--configfile", str(bad)], env=ENV, check=False)
     assert proc.returncode == 2 and "runs.x.gpus = 4 is impossible" in proc.stderr
+
+
+def test_a_stop_margin_that_leaves_no_training_time_is_refused():
+    with pytest.raises(ConfigError, match="stop_margin_min = 30 leaves no time to train in a job of 30 min"):
+        plan({"time_min": {"stage": 5, "train": 20, "promote": 5}, "checkpoint": {"stop_margin_min": 30}})
+    p = plan({"checkpoint": {"requeue": True, "max_restarts": 2}})
+    assert "--requeue" in p["slurm"]["extra"] and "--max-restarts=2" in p["torchrun"]
+    assert "--requeue" not in plan({"checkpoint": {"requeue": False}})["slurm"]["extra"]

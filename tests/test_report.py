@@ -53,7 +53,7 @@ def seff_by_hand(job_id: str) -> tuple[float, float]:
 def test_one_sacct_output_folds_into_every_job_with_a_clear_state():
     jobs = parse(CAPTURED, list(IDS.values()) + ["999999"])
     states = {name: jobs[job_id].state for name, job_id in IDS.items() if name != "array"}
-    assert states == {"burner": "COMPLETED", "toucher": "COMPLETED", "multinode": "COMPLETED",
+    assert states == {"burner": "COMPLETED", "toucher": "COMPLETED", "multinode": "COMPLETED", "percpu": "COMPLETED",
                       "requeued": "COMPLETED", "cancelled": "CANCELLED", "timeout": "TIMEOUT", "oom": "OUT_OF_MEMORY"}
     assert jobs["999999"].state == "MISSING" and "not in accounting" in jobs["999999"].status
     assert jobs["999999"].cpu_eff is None
@@ -70,18 +70,32 @@ def test_known_efficiencies_come_out():
     burner, toucher = jobs[IDS["burner"]], jobs[IDS["toucher"]]
     assert 0.3 < burner.cpu_eff < 0.55          # one busy core of two
     assert 0.45 < toucher.mem_eff < 0.62        # 500 MB held of 1000 MB
+    percpu = jobs[IDS["percpu"]]
+    assert percpu.mem_alloc_mb == 600 and 0.45 < percpu.mem_eff < 0.62   # 300 MB of 2 x 300 MB
     multinode = jobs[IDS["multinode"]]
     assert multinode.nodes == 2
     # seff sums the tasks' peaks: both nodes' 200 MB, not the largest task alone
     assert multinode.mem_used_mb > 1.8 * multinode.max_task_rss_mb > 350
 
 
-@pytest.mark.parametrize("name", ["burner", "toucher", "multinode", "requeued", "oom", "timeout"])
+@pytest.mark.parametrize("name", ["burner", "toucher", "multinode", "percpu", "requeued", "cancelled", "timeout"])
 def test_cpu_and_memory_match_seffs_formulas_to_a_tenth_of_a_point(name):
     job = parse(CAPTURED)[IDS[name]]
     cpu, mem = seff_by_hand(IDS[name])
     assert abs(job.cpu_eff - cpu) * 100 < 0.1
     assert abs(job.mem_eff - mem) * 100 < 0.1
+
+
+def test_old_records_without_allocated_memory_fall_back_to_the_request():
+    fields = {f: "" for f in sacct.FIELDS}
+    row = {**fields, "JobID": "7", "JobName": "old", "State": "COMPLETED", "Elapsed": "00:01:40",
+           "AllocCPUS": "4", "NNodes": "2", "AllocTRES": "cpu=4,node=2"}
+    step = {**fields, "JobID": "7.0", "TotalCPU": "00:02:00", "MaxRSS": "100M", "NTasks": "4"}
+    for req, alloc in (("300Mc", 1200), ("500Mn", 1000)):   # per core x 4 cores; per node x 2 nodes
+        text = "\n".join("|".join({**r, "ReqMem": req}[f] for f in sacct.FIELDS) for r in (row, step))
+        job = parse(text)["7"]
+        assert job.mem_alloc_mb == alloc and job.mem_used_mb == 400   # MaxRSS x tasks: no TRES usage
+        assert job.cpu_eff == pytest.approx(120 / (100 * 4))
 
 
 SEFF_OUTPUT = """Job ID: {id}

@@ -114,8 +114,14 @@ def test_checkpoints_are_promoted_and_the_report_has_job_ids(cluster_runs):
     import csv
     rows = {r["run"]: r for r in csv.DictReader(open(work / "results/report/efficiency.csv"))}
     for run_name in ("demo", "g3", "g6"):   # from one sacct call, over the whole allocation
-        assert rows[run_name]["source"] == "sacct"
-        assert 0 < float(rows[run_name]["cpu_eff"]) <= 1.0 and float(rows[run_name]["max_rss_mb"]) > 100
+        row = rows[run_name]
+        assert row["source"] == "sacct" and row["job_state"] == "COMPLETED"
+        assert 0 < float(row["cpu_eff"]) <= 1.0 and float(row["mem_used_mb"]) > 100
+        plan = read_json(work / f"results/{run_name}/plan.json")
+        assert 0 < float(row["time_eff"]) < 1 and float(row["timelimit_s"]) == plan["time_min"]["total"] * 60
+    assert float(rows["g6"]["gpu_hours"]) == pytest.approx(6 * float(rows["g6"]["elapsed_s"]) / 3600, rel=1e-3)
+    assert float(rows["g6"]["mem_used_mb"]) > float(rows["g3"]["mem_used_mb"])   # two nodes' ranks summed
+    assert (work / "results/report/efficiency.html").read_text().count("data:image/png;base64,") == 3
 
 
 def test_dry_run_with_the_aire_profile_submits_nothing_and_shows_the_plan(slurm_cluster, tmp_path):

@@ -17,6 +17,7 @@ PY = sys.executable
 BURN = "import time\nt=time.process_time()\nwhile time.process_time()-t<8: pass"
 TOUCH = "import time\nb=bytearray(500*2**20)\nfor i in range(0,len(b),4096): b[i]=1\ntime.sleep(6)"
 TOUCH_200 = "import time\nb=bytearray(200*2**20)\nfor i in range(0,len(b),4096): b[i]=1\ntime.sleep(6)"
+TOUCH_300 = TOUCH.replace("500*", "300*")
 HOG = "b=bytearray(400*2**20)\nfor i in range(0,len(b),4096): b[i]=1\nimport time; time.sleep(5)"
 
 # name -> sbatch arguments (the script is given with --wrap)
@@ -28,6 +29,8 @@ JOBS = {
     # one task per node, 200 MB each: seff sums them (~400 MB for the step)
     "multinode": ["-p", "gpu", "-N", "2", "--ntasks-per-node=1", "-c", "1", "--mem=1000M", "-t", "5",
                   f"--wrap=srun {PY} -c '{TOUCH_200}'"],
+    # memory asked per core: 2 x 300 MB, 300 MB touched -> memory efficiency ~0.5
+    "percpu": ["-p", "standard", "-c", "2", "--mem-per-cpu=300M", "-t", "5", f"--wrap={PY} -c '{TOUCH_300}'"],
     "requeued": ["-p", "standard", "-c", "1", "--mem=200M", "-t", "5", "--requeue", "--wrap=sleep 15"],
     "cancelled": ["-p", "standard", "-c", "1", "--mem=200M", "-t", "5", "--wrap=sleep 120"],
     "timeout": ["-p", "standard", "-c", "1", "--mem=200M", "-t", "1", "--wrap=sleep 300"],

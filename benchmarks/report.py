@@ -1,0 +1,98 @@
+"""Summarising N finished jobs: one sacct call for all (airetrain) against one call per job (the seff way).
+
+On a SLURM cluster (the test cluster: `make slurm-up`, then `source tests/slurm/state/env.sh`) it
+submits N tiny jobs, waits for them, and times both ways of getting the same figures; both end in
+the same folding code, so the difference is the calls. Without SLURM, or with --synthetic, it times
+the folding of a synthetic sacct table of 500 jobs (one parse of the whole text) against parsing it
+job by job, as a per-job tool would.
+
+    python benchmarks/report.py [--jobs 50] [--synthetic 500]
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from airetrain import sacct  # noqa: E402
+from airetrain.report import jobs_table  # noqa: E402
+
+
+def submit(n: int) -> list[str]:
+    ids = []
+    for i in range(n):
+        out = subprocess.run(["sbatch", "--parsable", "-p", "standard", "-c", "1", "--mem=100M", "-t", "1",
+                              f"--job-name=bench{i}", "--output=/dev/null", "--wrap=true"],
+                             capture_output=True, text=True, check=True).stdout
+        ids.append(out.strip().split(";")[0])
+    deadline = time.monotonic() + 600
+    while subprocess.run(["squeue", "-h", "-j", ",".join(ids)], capture_output=True, text=True).stdout.strip():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the benchmark's jobs did not finish in 10 minutes")
+        time.sleep(1)
+    return ids
+
+
+def one_call(ids: list[str]) -> dict:
+    return sacct.query(ids)
+
+
+def per_job(ids: list[str]) -> dict:
+    jobs = {}
+    for job_id in ids:
+        jobs.update(sacct.query([job_id]))
+    return jobs
+
+
+def timed(fn, *args, repeats: int = 3) -> tuple[float, object]:
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = fn(*args)
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def live(n: int) -> None:
+    ids = submit(n)
+    t_one, jobs_one = timed(one_call, ids)
+    t_each, jobs_each = timed(per_job, ids)
+    assert {j: f.figures() for j, f in jobs_one.items()} == {j: f.figures() for j, f in jobs_each.items()}
+    print(f"{n} finished jobs on this cluster, the same figures both ways (best of 3):")
+    print(f"  one sacct call:      {t_one * 1000:8.1f} ms")
+    print(f"  one call per job:    {t_each * 1000:8.1f} ms")
+    print(f"  ratio:               {t_each / t_one:8.1f}x (goal >= 10x)")
+
+
+def synthetic(n: int) -> None:
+    text = sacct.synthetic(n)
+    by_job: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        by_job.setdefault(line.split("|")[0].split(".")[0], []).append(line)
+    t_all, table = timed(jobs_table, None, None, text)
+    t_each, _ = timed(lambda: [sacct.parse("\n".join(lines)) for lines in by_job.values()])
+    print(f"{n} synthetic jobs ({len(text.splitlines())} sacct rows), best of 3:")
+    print(f"  whole table (parse, fold, advice): {t_all * 1000:8.1f} ms for {len(table)} rows")
+    print(f"  parse only, job by job:            {t_each * 1000:8.1f} ms (ratio {t_each / t_all:.2f}; "
+          "live, each per-job call also costs a sacct process and a database query)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=50, help="live jobs to submit (needs SLURM)")
+    ap.add_argument("--synthetic", type=int, default=500)
+    args = ap.parse_args()
+    if shutil.which("sbatch") and args.jobs:
+        live(args.jobs)
+    else:
+        print("no SLURM here: live comparison skipped")
+    synthetic(args.synthetic)
+
+
+if __name__ == "__main__":
+    main()

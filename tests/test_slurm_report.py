@@ -1,0 +1,43 @@
+"""The report on live jobs of the SLURM test cluster: known efficiencies, every kind of ending, one sacct."""
+import csv
+import os
+import re
+import sys
+
+import pytest
+
+from conftest import REPO, run
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def live_jobs(slurm_cluster):
+    sys.path.insert(0, str(REPO / "tests" / "slurm"))
+    from jobs import run_all
+
+    return run_all(env={**os.environ, **slurm_cluster}), slurm_cluster
+
+
+def test_live_jobs_get_their_known_figures_from_one_sacct_call(live_jobs, tmp_path):
+    ids, env = live_jobs
+    out = run(["airetrain", "report", "--jobs", ",".join(ids.values()), "--out", str(tmp_path)], env=env).stdout
+    rows = {r["run"] + ("" if r["run"] != "array" else r["job_id"]): r
+            for r in csv.DictReader(open(tmp_path / "efficiency.csv"))}
+    assert 0.3 < float(rows["burner"]["cpu_eff"]) < 0.55
+    assert 0.45 < float(rows["toucher"]["mem_eff"]) < 0.62
+    multinode = rows["multinode"]
+    assert multinode["job_state"] == "COMPLETED" and float(multinode["mem_used_mb"]) > 350   # 2 x 200 MB summed
+    assert rows["requeued"]["requeues"] == "1" and rows["requeued"]["job_state"] == "COMPLETED"
+    assert rows["cancelled"]["job_state"] == "CANCELLED"
+    assert rows["timeout"]["job_state"] == "TIMEOUT" and float(rows["timeout"]["time_eff"]) >= 1
+    assert rows["oom"]["job_state"] == "OUT_OF_MEMORY" and "ran out of memory" in rows["oom"]["advice"]
+    assert sum(1 for k in rows if k.startswith("array")) == 2
+    assert "| burner |" in out and (tmp_path / "efficiency.html").stat().st_size > 10_000
+
+
+def test_since_finds_the_same_jobs(live_jobs):
+    ids, env = live_jobs
+    out = run(["airetrain", "report", "--since", "now-1hour"], env=env).stdout
+    for name in ("burner", "toucher", "timeout", "oom"):
+        assert re.search(rf"\| {name} \|", out), name
