@@ -171,3 +171,25 @@ def test_sbatch_export_runs_on_the_cluster_like_the_pipeline(cluster_runs, tmp_p
 def read_json_yaml(path):
     import yaml
     return yaml.safe_load(path.read_text())
+
+
+def test_two_node_run_resumes_from_a_checkpoint_only_node_0_has(cluster_runs):
+    """The fast root is node-local here: g6's checkpoints on it exist on the first node only. With the
+    copies on scratch removed, a longer rerun still resumes: rank 0 reads the file and sends the state.
+    (Runs last: it changes g6's results.)"""
+    import shutil
+
+    import yaml
+    work, env, _, _ = cluster_runs
+    before = read_json(work / "results/g6/train.json")
+    shutil.rmtree(work / "scratch/airetrain/g6/checkpoints")
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["runs"]["g6"]["train"] = {**cfg["runs"]["g6"]["train"], "epochs": before["epochs"] + 1}
+    write_config(work / "config-longer.yaml", cfg)
+    proc = slurm_snakemake(work, work / "config-longer.yaml", env, "--jobs", "3")
+    after = read_json(work / "results/g6/train.json")
+    per_epoch = before["steps"] // before["epochs"]
+    assert after["resumed_from_step"] == before["steps"] and after["steps"] == before["steps"] + per_epoch
+    assert after["hostnames"] == ["labgpu1", "labgpu2"]
+    out = proc.stdout + proc.stderr
+    assert "results/demo/train.json" not in out and "results/g3/train.json" not in out   # the others stay done
