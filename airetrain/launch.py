@@ -4,6 +4,9 @@ Inside SLURM one path serves every size: `srun -N <nodes> --ntasks-per-node=1 ba
 It makes torchrun each step's task leader, so SLURM's SIGTERM reaches it and it forwards it to the
 workers; the Snakemake executor strips SLURM_* from the rule's shell, so each task reads its own
 node rank and the node list from the environment srun gives it.
+
+After the launch: a run the trainer stopped at its deadline (results/<run>/STOPPED) requeues its own
+job with `scontrol requeue`, or exits 75 where it cannot, so that Snakemake's --retries resubmits it.
 """
 from __future__ import annotations
 

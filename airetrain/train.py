@@ -180,7 +180,6 @@ def main(argv=None) -> None:
     hosts = D.hostnames()
     if d.is_main:
         manifest.record_session(Path(plan["durable_dir"]).parent, os.environ.get("SLURM_JOB_ID"), step, hosts)
-    if d.is_main:
         (out / STOPPED).unlink(missing_ok=True)
     every_steps = cfg["checkpoint"]["every_steps"]
     stopper = Stopper(d.is_main, margin_s=60 * cfg["checkpoint"]["stop_margin_min"])
@@ -263,7 +262,6 @@ def main(argv=None) -> None:
         if stopped:
             break
     saved = ckpt.finish()
-    sampler.start = 0
     if stopped:
         if d.is_main:
             metrics_file.close()
