@@ -45,8 +45,9 @@ def advise(row: dict) -> list[str]:
     if mem_eff is not None and mem_eff < LOW and finished:
         used = row["mem_used_mb"]
         suggest = math.ceil(used * HEADROOM / 1024)
+        per_rank = f" (mem_gb_per_rank: {math.ceil(used * HEADROOM / ranks / 1024)})" if row.get("world_size") else ""
         tips.append(f"memory: peak {used:.0f} MB of {row['mem_alloc_mb']:.0f} MB ({mem_eff:.0%}): "
-                    f"--mem={suggest}G would do (peak + 20 %)")
+                    f"--mem={suggest}G would do (peak + 20 %){per_rank}")
     if time_eff is not None and time_eff < LOW and finished:
         minutes = math.ceil(row["elapsed_s"] * TIME_HEADROOM / 60)
         tips.append(f"time: used {row['elapsed_s'] / 60:.1f} of {row['timelimit_s'] / 60:.0f} min ({time_eff:.0%}): "

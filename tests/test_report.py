@@ -124,7 +124,7 @@ def test_advice_carries_the_numbers_behind_it():
                    "elapsed_s": 3600, "timelimit_s": 14_400})
     text = " | ".join(tips)
     assert "CPU efficiency 20% of 24 cores" in text and "cpus_per_rank: 2" in text   # 4.8 busy -> 6 cores
-    assert "--mem=24G" in text            # 20000 MB x 1.2
+    assert "--mem=24G" in text and "mem_gb_per_rank: 8" in text   # 20000 MB x 1.2, over 3 ranks
     assert "--time=90 min" in text        # 60 min x 1.5
     data_bound = " | ".join(advise({"job_state": "COMPLETED", "cpu_eff": 0.3, "cpus": 8, "data_wait_frac": 0.45,
                                     "gpu_util": 0.3, "world_size": 1}))
