@@ -98,6 +98,16 @@ def test_old_records_without_allocated_memory_fall_back_to_the_request():
         assert job.cpu_eff == pytest.approx(120 / (100 * 4))
 
 
+def test_a_running_job_gets_figures_so_far_and_says_so():
+    fields = {f: "" for f in sacct.FIELDS}
+    row = {**fields, "JobID": "9", "JobName": "live", "State": "RUNNING", "Elapsed": "00:10:00",
+           "Timelimit": "01:00:00", "AllocCPUS": "8", "NNodes": "1", "AllocTRES": "cpu=8,mem=16G,node=1,gres/gpu=1"}
+    job = parse("|".join(row[f] for f in sacct.FIELDS))["9"]
+    assert job.status == "running: figures so far" and job.time_eff == pytest.approx(1 / 6)
+    assert job.gpu_hours == pytest.approx(10 / 60) and job.cpu_eff == 0.0
+    assert advise({"job_state": "RUNNING", **job.figures()}) == []   # no advice from a job half done
+
+
 SEFF_OUTPUT = """Job ID: {id}
 Cluster: lab
 State: COMPLETED (exit code 0)
