@@ -261,7 +261,10 @@ def main(argv=None) -> None:
         step_in_epoch = 0
         if stopped:
             break
+    # throughput counts the training steps and the save stalls, not the last write's background tail
+    train_s = metrics.now(d.device) - t_start
     saved = ckpt.finish()
+    final_wait_s = metrics.now(d.device) - t_start - train_s
     if stopped:
         if d.is_main:
             metrics_file.close()
@@ -271,7 +274,6 @@ def main(argv=None) -> None:
                      stopped, step, total_steps, saved["path"])
         torch.distributed.barrier()
         return
-    train_s = metrics.now(d.device) - t_start
     gpu_figures = gpu.summary()
 
     if args.dump_params:
@@ -332,6 +334,7 @@ def main(argv=None) -> None:
             "checkpoint": saved,
             "checkpoint_saves": len(ckpt.stalls),
             "checkpoint_stall_s_mean": round(sum(ckpt.stalls) / len(ckpt.stalls), 4) if ckpt.stalls else None,
+            "checkpoint_final_wait_s": round(final_wait_s, 3),
         }
         write_json_atomic(out / "train.json", summary)
         log.info("done: %d steps, eval accuracy %.4f, %.0f samples/s, checkpoint %s",
