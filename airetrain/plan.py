@@ -274,6 +274,8 @@ def job_env(run: dict, nodes: int, cpus_per_rank: int) -> dict:
         # torchrun restarts reconnect to a dead worker's store without it (TORCH_NOTES.md)
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
     }
+    if run["train"]["deterministic"]:   # cuBLAS reads it when CUDA starts: it must be in the environment
+        env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     if nodes > 1:
         env.update({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "WARN"})
         if run["slurm"]["nccl_socket_ifname"]:

@@ -131,6 +131,9 @@ def main(argv=None) -> None:
     logging.basicConfig(level=logging.INFO if d.is_main else logging.WARNING, stream=sys.stdout,
                         format=f"[rank {d.rank}] %(message)s")
     torch.set_num_threads(plan["cpus_per_rank"])
+    if cfg["train"]["deterministic"]:
+        torch.use_deterministic_algorithms(True, warn_only=True)   # a warning names any op that cannot be
+        torch.backends.cudnn.benchmark = False
 
     # ---- data: the staged copy, split across ranks by DistributedSampler
     seed = cfg["train"]["seed"]

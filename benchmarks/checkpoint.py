@@ -9,7 +9,9 @@ promotion to the durable directory run in a background thread, and the next save
 also competes with training for the CPU, so the training steps' time with saves in flight is
 reported against the steps without. Goal (issue 5): stall <= 0.2 x the synchronous time.
 
-    python benchmarks/checkpoint.py [--saves 5] [--every 10] [--dir PATH] [--strategy ddp|fsdp]
+    python benchmarks/checkpoint.py [--saves 5] [--every 10] [--dir PATH] [--strategy ddp|fsdp] [--device cuda]
+
+On a GPU (--device cuda) the copy is device to host memory, and the training step runs on the GPU.
 """
 from __future__ import annotations
 
@@ -38,12 +40,14 @@ def model() -> nn.Module:
     return nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(6)])
 
 
-def train_step(par, optimizer) -> float:
+def train_step(par, optimizer, device) -> float:
     t0 = time.perf_counter()
-    x = torch.randn(64, 2048)
+    x = torch.randn(64, 2048, device=device)
     par(x).square().mean().backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     return time.perf_counter() - t0
 
 
@@ -62,18 +66,22 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=10, help="training steps between saves")
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
     ap.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
+    device = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533"})
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(dist.get_default_backend_for_device(device), rank=0, world_size=1)
     tmp = Path(args.dir or tempfile.mkdtemp(prefix="ckpt-bench-"))
     config = {"roots": {"scratch": str(tmp / "scratch"), "tmp_shared": str(tmp / "fast")},
-              "runs": {"bench": {"strategy": args.strategy, "precision": "fp32",
+              "runs": {"bench": {"strategy": args.strategy, "precision": "fp32", "gpus": int(device.type == "cuda"),
                                  "checkpoint": {"keep": 2, "every_steps": 1}}}}
     plan = plan_all(config, env={"HOME": "/nonexistent"})["bench"]
-    net = model()
-    par = Parallel(net, plan, torch.device("cpu"))
+    net = model().to(device)
+    par = Parallel(net, plan, device)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
-    train_step(par, optimizer)   # creates the AdamW state
+    train_step(par, optimizer, device)   # creates the AdamW state
     state_mb = sum(t.numel() * t.element_size() for t in net.state_dict().values()) * 3 / 1e6
 
     # baseline: the full state, torch.save + fsync, training waits for all of it
@@ -81,21 +89,21 @@ def main() -> None:
     for i in range(args.saves):
         state = {"model": net.state_dict(), "optimizer": optimizer.state_dict()}
         sync_s.append(sync_save(state, tmp / f"sync-{i % 2}.pt"))
-        quiet_steps += [train_step(par, optimizer) for _ in range(args.every)]
+        quiet_steps += [train_step(par, optimizer, device) for _ in range(args.every)]
 
-    ckpt = Checkpointer(Dist(0, 0, 1, torch.device("cpu")), par, optimizer, plan, tmp / "fast", False)
+    ckpt = Checkpointer(Dist(0, 0, 1, device), par, optimizer, plan, tmp / "fast", False)
     busy_steps = []
     for i in range(args.saves):
         ckpt.save({"step": i + 1, "epoch": 0, "step_in_epoch": i + 1, "config": plan["config"],
                    "scheduler": {}, "scaler": None})
-        busy_steps += [train_step(par, optimizer) for _ in range(args.every)]
+        busy_steps += [train_step(par, optimizer, device) for _ in range(args.every)]
     t0 = time.perf_counter()
     ckpt.finish()
     tail_s = time.perf_counter() - t0
     stall = statistics.median(ckpt.stalls)
     base = statistics.median(sync_s)
     quiet, busy = statistics.mean(quiet_steps), statistics.mean(busy_steps)
-    print(f"state: {state_mb:.0f} MB (model + AdamW), {args.strategy}, {args.saves} saves, in {tmp}")
+    print(f"state: {state_mb:.0f} MB (model + AdamW), {args.strategy} on {device.type}, {args.saves} saves, in {tmp}")
     print(f"training step: {quiet * 1000:.0f} ms; {busy * 1000:.0f} ms while a save runs in the background "
           f"({(busy * args.every - quiet * args.every) * 1000:.0f} ms more per save interval of {args.every} steps)")
     print(f"synchronous torch.save + fsync: median {base * 1000:.0f} ms per save")

@@ -56,7 +56,7 @@ def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t") -> tuple[Pa
     if plan["dataset"]:
         staged = stage(plan["dataset"], tmp_path / "fast" / "airetrain" / name / "data")
     write_json_atomic(out / "stage.json", {**staged, "fast_root": str(tmp_path / "fast")})
-    cmd = ["airetrain", "launch", "--plan", str(out / "plan.json"), "--stage", str(out / "stage.json"),
+    cmd = [sys.executable, "-m", "airetrain", "launch", "--plan", str(out / "plan.json"), "--stage", str(out / "stage.json"),
            "--out", str(out), "--script", str(REPO / "scripts/train.py")]
     return out, cmd
 

@@ -119,20 +119,40 @@ def reference(tmp_path_factory):
     return final_state(out, tmp)
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_resume_after_kill_is_bit_exact(tmp_path, strategy):
-    cfg = {**LONG, "strategy": strategy, "train": {"epochs": 5, "log_every_steps": 10}}
+def killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps: int) -> dict:
+    """Train cfg uninterrupted; train it again, SIGKILL everything after a checkpoint at step 12 or
+    later, resume; the final model and optimizer must be identical. Returns the resumed train.json."""
     ref_out, _ = launch_training(tmp_path / "ref", cfg)
     out, cmd = prepare_training(tmp_path / "cut", cfg)
     proc = start(cmd, tmp_path / "cut.log")
     wait_for(lambda: newest_step(durable_dir(tmp_path / "cut")) >= 12, what="a checkpoint at step 12")
     kill_all(proc)
     assert not (out / "train.json").exists()
-    proc = run(cmd)
+    run(cmd)
     summary = read_json(out / "train.json")
-    assert 12 <= summary["resumed_from_step"] < summary["steps"] == 5 * 22
-    assert summary["checkpoint"]["kind"] == ("dcp" if strategy == "fsdp" else "file")
+    assert 12 <= summary["resumed_from_step"] < summary["steps"] == steps
+    assert summary["checkpoint"]["kind"] == ("dcp" if cfg.get("strategy") == "fsdp" else "file")
     assert_identical(final_state(out, tmp_path), final_state(ref_out, tmp_path))
+    return summary
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_resume_after_kill_is_bit_exact(tmp_path, strategy):
+    killed_and_resumed_equals_uninterrupted(
+        tmp_path, {**LONG, "strategy": strategy, "train": {"epochs": 5, "log_every_steps": 10}}, steps=5 * 22)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (nccl, CUDA RNG, DCP of GPU tensors)")
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_gpu_resume_after_kill_is_bit_exact(tmp_path, strategy):
+    """On a GPU: nccl, bf16, dropout drawing from the CUDA RNG, deterministic kernels."""
+    cfg = {"gpus": 1, "strategy": strategy, "precision": "bf16", "model": {"width": 32, "dropout": 0.2},
+           "data": {"name": "synthetic", "samples": 4096, "shape": [3, 32, 32], "classes": 10},
+           "batch": {"global": 64, "per_device": 32}, "train": {"epochs": 30, "deterministic": True},
+           "checkpoint": {"every_steps": 16}}
+    summary = killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps=30 * 64)
+    assert summary["device"] == "cuda" and summary["gpu_mem_peak_bytes"] > 0
 
 
 def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, reference):
