@@ -54,14 +54,22 @@ def set_rng_state(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def cpu_copy(tree):
-    """A copy of every tensor in CPU memory: the training step may change the originals at once."""
+def cpu_copy(tree, pinned: dict, path: tuple = ()):
+    """A copy of every tensor in CPU memory: the training step may change the originals at once.
+
+    GPU tensors go to page-locked buffers kept in `pinned` from one save to the next (allocating
+    them is slow; copying into them is fast and asynchronous); the caller synchronizes."""
     if isinstance(tree, torch.Tensor):
-        return tree.detach().to("cpu", copy=True)
+        if tree.device.type != "cuda":
+            return tree.detach().clone()
+        buffer = pinned.get(path)
+        if buffer is None or buffer.shape != tree.shape or buffer.dtype != tree.dtype:
+            buffer = pinned[path] = torch.empty(tree.shape, dtype=tree.dtype, pin_memory=True)
+        return buffer.copy_(tree.detach(), non_blocking=True)
     if isinstance(tree, dict):
-        return {k: cpu_copy(v) for k, v in tree.items()}
+        return {k: cpu_copy(v, pinned, (*path, k)) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
-        return type(tree)(cpu_copy(v) for v in tree)
+        return type(tree)(cpu_copy(v, pinned, (*path, i)) for i, v in enumerate(tree))
     return tree
 
 
@@ -85,6 +93,7 @@ class Checkpointer:
         self._error: BaseException | None = None
         self.latest: dict | None = None     # the newest checkpoint that is durable and verified
         self.stalls: list[float] = []       # seconds training waited per save
+        self._pinned: dict = {}             # page-locked staging buffers, reused (GPU runs)
 
     # ---- saving
     def save(self, trainer: dict, blocking: bool = False) -> None:
@@ -98,8 +107,12 @@ class Checkpointer:
             job = self._save_sharded(trainer)
         else:
             model_state, optim_state = self.par.full_state(self.optimizer)  # a collective
-            job = self._save_file(cpu_copy({"model": model_state, "optimizer": optim_state,
-                                            "trainer": trainer})) if self.d.is_main else None
+            job = None
+            if self.d.is_main:   # the buffers are free: the previous save has finished (wait above)
+                state = cpu_copy({"model": model_state, "optimizer": optim_state, "trainer": trainer}, self._pinned)
+                if self.d.device.type == "cuda":
+                    torch.cuda.synchronize(self.d.device)
+                job = self._save_file(state)
         waited = time.perf_counter() - t0
         if job is not None:
             if self.background and not blocking:

@@ -65,6 +65,8 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 
 def reduce(values: list[float], op=dist.ReduceOp.SUM, device=None) -> list[float]:
+    if device is None:   # nccl reduces CUDA tensors only
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
     tensor = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(tensor, op=op)
     return tensor.tolist()

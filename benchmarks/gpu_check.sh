@@ -12,9 +12,9 @@ py=${PYTHON:-python3}
 
 nvidia-smi -L | tee "$out/gpu.txt"
 $py -m airetrain doctor 2>&1 | tee "$out/doctor.txt"
-timeout 240 $py -m pytest -q -p no:cacheprovider -rs -k gpu tests/test_trainer.py tests/test_checkpoint.py \
+timeout 170 $py -m pytest -q -p no:cacheprovider -rs -k gpu tests/test_trainer.py tests/test_checkpoint.py \
   2>&1 | tee "$out/gpu-tests.txt"
-timeout 90 $py benchmarks/checkpoint.py --device cuda --every 2000 2>&1 | tee "$out/checkpoint-bench.txt"
+timeout 60 $py benchmarks/checkpoint.py --device cuda --every 300 2>&1 | tee "$out/checkpoint-bench.txt"
 
 # GPT in bf16 on one GPU: MFU against the GPU's bf16 peak, from train.json
 work=$(mktemp -d)
@@ -23,12 +23,12 @@ roots: {scratch: $work/scratch, tmp_shared: $work/fast}
 runs:
   gpt: {gpus: 1, strategy: ddp, precision: bf16, compile: ${COMPILE:-false},
         model: {name: gpt, width: 2048, depth: 8, heads: 16},
-        data: {name: synthetic, samples: 2048, vocab: 32000, seq_len: 1024, workers: 2},
+        data: {name: synthetic, samples: 1024, vocab: 32000, seq_len: 1024, workers: 2},
         batch: {global: 16, per_device: 8}, train: {epochs: 1, log_every_steps: 16},
         checkpoint: {every_epochs: 1}}
 YAML
 r=$work/results/gpt
-timeout 200 bash -c "$py -m airetrain plan --configfile $work/gpt.yaml --write $work/results &&
+timeout 150 bash -c "$py -m airetrain plan --configfile $work/gpt.yaml --write $work/results &&
   $py -m airetrain stage --plan $r/plan.json --out $r/stage.json &&
   $py -m airetrain launch --plan $r/plan.json --stage $r/stage.json --out $r --script scripts/train.py" \
   > "$out/gpt-train.log" 2>&1
