@@ -92,7 +92,8 @@ class Checkpointer:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.latest: dict | None = None     # the newest checkpoint that is durable and verified
-        self.stalls: list[float] = []       # seconds training waited per save
+        self.stalls: list[float] = []       # seconds training waited per save, all in
+        self.waits: list[float] = []        # ... of which waiting for the previous save to finish
         self._pinned: dict = {}             # page-locked staging buffers, reused (GPU runs)
 
     # ---- saving
@@ -100,6 +101,7 @@ class Checkpointer:
         """Save the model, optimizer and trainer state. A collective: every rank calls it."""
         t0 = time.perf_counter()
         self.wait()
+        self.waits.append(time.perf_counter() - t0)   # the previous save was still being written
         rngs = [None] * self.d.world_size
         dist.all_gather_object(rngs, rng_state(self.d.device))
         trainer = {**trainer, "rng": rngs, "fingerprint": self.fingerprint}

@@ -318,7 +318,7 @@ def main(argv=None) -> None:
             "compute_s_per_step": round((step_s - wait_s) / steps_done, 6) if steps_done else None,
             "flops_per_step": flops_per_step,
             "achieved_tflops": round(achieved / 1e12, 3) if achieved else None,
-            "mfu": round(mfu, 4) if mfu else None,
+            "mfu": float(f"{mfu:.4g}") if mfu else None,   # significant digits: a tiny model's MFU is not 0
             "peak_tflops_per_gpu": peak_flops / 1e12 if peak_flops else None,
             "gpu_util_mean": gpu_util,
             "gpu_mem_peak_bytes": gpu_figures["gpu_mem_peak_bytes"],

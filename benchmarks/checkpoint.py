@@ -110,6 +110,8 @@ def main() -> None:
     print(f"airetrain async stall:          median {stall * 1000:.0f} ms per save "
           f"(each: {', '.join(f'{s * 1000:.0f}' for s in ckpt.stalls)} ms; last write + promotion "
           f"finished {tail_s * 1000:.0f} ms after the loop)")
+    print(f"  of which waiting for the previous save's background write: "
+          f"{', '.join(f'{s * 1000:.0f}' for s in ckpt.waits)} ms (nonzero: saves closer together than one write)")
     print(f"ratio stall / synchronous: {stall / base:.3f} (goal <= 0.2)")
     dist.destroy_process_group()
 
