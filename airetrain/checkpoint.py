@@ -171,13 +171,6 @@ def verify(path: str | Path, entry: dict) -> dict:
     return _load(path / TRAINER_FILE)
 
 
-def load_verified(path: str | Path, sha256: str | None = None) -> dict:
-    """Load a single-file checkpoint safely after checking its hash, if one is known."""
-    if sha256 is None:
-        return _load(Path(path))
-    return verify(path, {"kind": "file", "sha256": sha256})
-
-
 def candidates(directories: list[str | Path], fingerprint: str) -> list[tuple[int, Path, dict]]:
     """(step, path, manifest entry) of the checkpoints of this config, newest first."""
     found = []

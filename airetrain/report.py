@@ -171,7 +171,7 @@ def write(df: pd.DataFrame, out_dir: str | Path, results: str | Path | None = No
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"csv": out_dir / "efficiency.csv", "md": out_dir / "efficiency.md"}
-    df.drop(columns=["memory_estimate"], errors="ignore").to_csv(paths["csv"], index=False)
+    df.to_csv(paths["csv"], index=False)
     paths["md"].write_text(to_markdown(df))
     paths.update(write_html(df, out_dir, results))
     return paths

@@ -77,6 +77,7 @@ class Job:
     gpu_mem_max_mb: float | None = None
     runs: int = 0                      # 1 + times requeued
     elapsed_all_runs_s: float = 0.0
+    alloc_total_cpu_s: float = 0.0     # the allocation row's TotalCPU: used when there are no step rows
     step_ids: list[str] = field(default_factory=list)
 
     @property
@@ -147,7 +148,7 @@ def _allocation(job: Job, row: dict) -> None:
     # a new run starts its step figures afresh
     job.total_cpu_s, job.mem_used_mb, job.max_task_rss_mb, job.step_ids = 0.0, 0.0, 0.0, []
     job.gpu_util_max = job.gpu_mem_max_mb = None
-    job._alloc_total_cpu_s = seconds(row["TotalCPU"])  # noqa: used when there are no step rows
+    job.alloc_total_cpu_s = seconds(row["TotalCPU"])
 
 
 def _step(job: Job, row: dict) -> None:
@@ -184,7 +185,7 @@ def parse(text: str, wanted: list[str] | None = None) -> dict[str, Job]:
             _allocation(job, row)
     for job in jobs.values():
         if not job.step_ids and job.runs:   # e.g. a job that never started a step
-            job.total_cpu_s = getattr(job, "_alloc_total_cpu_s", 0.0)
+            job.total_cpu_s = job.alloc_total_cpu_s
     for wanted_id in wanted or []:
         if not any(j == wanted_id or j.startswith(f"{wanted_id}_") for j in jobs):
             jobs[wanted_id] = Job(wanted_id)
