@@ -25,7 +25,7 @@ demo: install
 # The whole suite, the local SLURM cluster included (tests/slurm/up.sh needs root; without it
 # the SLURM tests are skipped with the reason).
 test: install
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -v -rs
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -v -rs --durations=15
 
 lint: install
 	$(VENV)/bin/snakemake --lint

@@ -59,7 +59,8 @@ def _benchmarks(run_dir: Path) -> pd.DataFrame | None:
 
 
 def _rounded(figures: dict) -> dict:
-    return {k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}
+    """6 significant digits: enough for a small job's GPU-hours, without float noise in the CSV."""
+    return {k: float(f"{v:.6g}") if isinstance(v, float) else v for k, v in figures.items()}
 
 
 def job_row(job: sacct.Job) -> dict:

@@ -41,3 +41,23 @@ def test_since_finds_the_same_jobs(live_jobs):
     out = run(["airetrain", "report", "--since", "now-1hour"], env=env).stdout
     for name in ("burner", "toucher", "timeout", "oom"):
         assert re.search(rf"\| {name} \|", out), name
+
+
+def test_a_running_job_and_an_unknown_id_get_a_status_not_a_crash(slurm_cluster, tmp_path):
+    sys.path.insert(0, str(REPO / "tests" / "slurm"))
+    from jobs import sbatch, state, wait
+
+    env = {**os.environ, **slurm_cluster}
+    job_id = sbatch("still_running", ["-p", "standard", "-c", "1", "--mem=200M", "-t", "5", "--wrap=sleep 120"], env)
+    try:
+        # squeue says RUNNING a moment before slurmdbd has the start: wait for accounting to say so
+        wait(lambda: state(job_id, env) == "RUNNING" and run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id],
+                                                             env=slurm_cluster).stdout.strip() == "RUNNING",
+             120, "the job to start")
+        run(["airetrain", "report", "--jobs", f"{job_id},999999", "--out", str(tmp_path)], env=slurm_cluster)
+    finally:
+        run(["scancel", job_id], env=slurm_cluster)
+    rows = {r["job_id"]: r for r in csv.DictReader(open(tmp_path / "efficiency.csv"))}
+    assert rows[job_id]["job_state"] == "RUNNING" and rows[job_id]["status"] == "running: figures so far"
+    assert 0 < float(rows[job_id]["time_eff"]) < 1 and rows[job_id]["advice"] == ""
+    assert rows["999999"]["job_state"] == "MISSING" and "not in accounting" in rows["999999"]["status"]
