@@ -157,6 +157,9 @@ class Checkpointer:
     def _commit(self, entry: dict) -> None:
         """Record the checkpoint where it was written, then make it durable on scratch (rank 0)."""
         checkpoint.record(self.dir, entry, self.keep)
+        self._promote(entry)
+
+    def _promote(self, entry: dict) -> None:
         self.latest = promote(entry, self.durable, self.keep, full_check=False)
         log.debug("checkpoint step %d: %s (%.1f MB), durable at %s", entry["step"], entry["path"],
                   entry["size"] / 1e6, self.latest["path"])
@@ -216,5 +219,12 @@ class Checkpointer:
             log.warning("the checkpoint was written by %d ranks, this run has %d: random streams restart",
                         len(trainer["rng"]), self.d.world_size)
         self.latest = head["entry"]
+        if self.d.is_main and Path(head["path"]).parent == self.dir != self.durable:
+            # a kill between writing and promoting leaves the newest checkpoint only on the fast
+            # root: copy it to scratch now, in the background, not after the next save
+            entry = head["entry"]
+            self._thread = threading.Thread(target=self._run, args=(lambda: self._promote(entry),),
+                                            name="checkpoint", daemon=True)
+            self._thread.start()
         log.info("resumed from %s (step %d, epoch %d)", head["path"], trainer["step"], trainer["epoch"])
         return trainer

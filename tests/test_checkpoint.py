@@ -171,6 +171,9 @@ def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, re
         kill_all(proc)
         assert not (out / "train.json").exists(), "the run finished before it was killed: make LONG longer"
         assert every_listed_checkpoint_verifies(fast, durable_dir(tmp_path)) > 0
+        # only the newest checkpoint may be missing from scratch (its copy was in flight)
+        fast_steps = [e["step"] for e in checkpoint.entries(fast)]
+        assert len(fast_steps) < 2 or newest_step(durable_dir(tmp_path)) >= fast_steps[-2], fast_steps
         found = checkpoint.load_latest([fast, durable_dir(tmp_path)], checkpoint.fingerprint(
             read_json(out / "plan.json")["config"]))
         assert found and found[2]["step"] == max(newest_step(fast), newest_step(durable_dir(tmp_path)))
@@ -180,6 +183,19 @@ def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, re
     summary = read_json(out / "train.json")
     assert summary["steps"] == STEPS and summary["resumed_from_step"] == progress[-1]
     assert_identical(final_state(out, tmp_path), reference)
+
+
+def test_a_checkpoint_only_on_the_fast_root_is_promoted_when_the_run_resumes_from_it(tmp_path):
+    """As after a kill between writing a checkpoint and copying it to scratch."""
+    cfg = {**LONG, "train": {"epochs": 1, "log_every_steps": 10}, "checkpoint": {"every_steps": 100, "keep": 3}}
+    out, _ = launch_training(tmp_path, cfg)
+    import shutil
+    shutil.rmtree(durable_dir(tmp_path))   # the epoch-end checkpoint (step 22) is on the fast root only
+    (out / "train.json").unlink()
+    launch_training(tmp_path, {**cfg, "train": {"epochs": 2, "log_every_steps": 10}})
+    assert read_json(out / "train.json")["resumed_from_step"] == 22
+    assert [e["step"] for e in checkpoint.entries(durable_dir(tmp_path))] == [22, 44]
+    assert every_listed_checkpoint_verifies(durable_dir(tmp_path)) == 2
 
 
 def test_truncated_and_bit_flipped_checkpoints_are_skipped(tmp_path):
