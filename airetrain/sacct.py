@@ -78,6 +78,8 @@ class Job:
     runs: int = 0                      # 1 + times requeued
     elapsed_all_runs_s: float = 0.0
     alloc_total_cpu_s: float = 0.0     # the allocation row's TotalCPU: used when there are no step rows
+    running_steps: int = 0
+    late_start_record: bool = False    # accounting has not yet recorded the job's start
     step_ids: list[str] = field(default_factory=list)
 
     @property
@@ -114,6 +116,8 @@ class Job:
             "COMPLETED": "completed",
         }
         text = notes.get(self.state, self.state.lower())
+        if self.late_start_record:
+            text = "just started: accounting has no figures yet"
         if self.runs > 1:
             text += f"; requeued {self.runs - 1}x"
         return text
@@ -147,12 +151,14 @@ def _allocation(job: Job, row: dict) -> None:
         job.mem_alloc_mb = megabytes(row["ReqMem"]) * per
     # a new run starts its step figures afresh
     job.total_cpu_s, job.mem_used_mb, job.max_task_rss_mb, job.step_ids = 0.0, 0.0, 0.0, []
+    job.running_steps = 0
     job.gpu_util_max = job.gpu_mem_max_mb = None
     job.alloc_total_cpu_s = seconds(row["TotalCPU"])
 
 
 def _step(job: Job, row: dict) -> None:
     job.step_ids.append(row["JobID"])
+    job.running_steps += row["State"] == "RUNNING"
     job.total_cpu_s += seconds(row["TotalCPU"])
     total, peak = tres(row["TRESUsageInTot"]), tres(row["TRESUsageInMax"])
     task_peak = megabytes(peak.get("mem", "")) or megabytes(row["MaxRSS"])
@@ -186,6 +192,10 @@ def parse(text: str, wanted: list[str] | None = None) -> dict[str, Job]:
     for job in jobs.values():
         if not job.step_ids and job.runs:   # e.g. a job that never started a step
             job.total_cpu_s = job.alloc_total_cpu_s
+        if job.state == "PENDING" and job.running_steps:
+            # for a moment after the start slurmdbd shows the job PENDING (as "allocation", with no
+            # limits) while its batch step already runs: seen on the test cluster
+            job.state, job.late_start_record = "RUNNING", True
     for wanted_id in wanted or []:
         if not any(j == wanted_id or j.startswith(f"{wanted_id}_") for j in jobs):
             jobs[wanted_id] = Job(wanted_id)

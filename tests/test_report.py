@@ -108,6 +108,19 @@ def test_a_running_job_gets_figures_so_far_and_says_so():
     assert advise({"job_state": "RUNNING", **job.figures()}) == []   # no advice from a job half done
 
 
+# sacct a moment after a job started on the test cluster: the batch step runs, the job's own record
+# does not know yet (PENDING, named "allocation", no time limit, ReqMem "16?")
+JUST_STARTED = """159|159|allocation|PENDING|0:0|2026-11-29T21:00:40|00:00:01||00:00:00|0|16?|0|||||
+159.batch|159.batch|batch|RUNNING|0:0|2026-11-29T21:00:40|00:00:01||00:00:00|1||1|1||cpu=1,mem=200M,node=1||
+"""
+
+
+def test_a_job_whose_start_accounting_has_not_recorded_yet_is_running_without_figures():
+    job = parse(JUST_STARTED, ["159"])["159"]
+    assert job.state == "RUNNING" and job.status == "just started: accounting has no figures yet"
+    assert job.cpu_eff is None and job.time_eff is None and advise({"job_state": "RUNNING", **job.figures()}) == []
+
+
 SEFF_OUTPUT = """Job ID: {id}
 Cluster: lab
 State: COMPLETED (exit code 0)
