@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import bisect
 import json
+import random
 import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from .fsutil import fsync_dir, sha256_file, write_json_atomic
 from .stage import DATASET_MANIFEST
@@ -122,6 +123,40 @@ class Synthetic(Dataset):
         return item, int(self.labels[index % self.POOL])
 
 
+class PerSampleSeeds(Dataset):
+    """A user's dataset whose __getitem__ may draw random numbers (augmentations) from python's,
+    numpy's or torch's global generator. Each sample's draws are seeded from (seed, epoch, index),
+    so they replay exactly after a mid-epoch resume and do not depend on how many loader workers
+    there are or which one loads the sample. The sampler passes keys: epoch * len + index."""
+
+    def __init__(self, dataset: Dataset, seed: int):
+        self.dataset, self.seed, self.meta = dataset, seed, dataset.meta
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: int):
+        epoch, index = divmod(key, len(self.dataset))
+        sample_seed = hash((self.seed, epoch, index)) & 0xFFFF_FFFF   # ints hash the same in every process
+        # in the training process (no loader workers) the training's own random streams must not move
+        saved = None if get_worker_info() else (random.getstate(), np.random.get_state(),
+                                                  torch.default_generator.get_state())
+        random.seed(sample_seed)
+        np.random.seed(sample_seed)
+        torch.default_generator.manual_seed(sample_seed)   # not torch.manual_seed: leave CUDA's alone
+        try:
+            return self.dataset[index]
+        finally:
+            if saved:
+                random.setstate(saved[0])
+                np.random.set_state(saved[1])
+                torch.default_generator.set_state(saved[2])
+
+
+def is_user_dataset(cfg: dict) -> bool:
+    return ":" in cfg["name"]
+
+
 def build(cfg: dict, root: str | None) -> tuple[Dataset, Dataset, dict]:
     """(train, test, meta) for the `data:` config; root is the staged copy (None if nothing staged).
 
@@ -133,7 +168,7 @@ def build(cfg: dict, root: str | None) -> tuple[Dataset, Dataset, dict]:
     name = cfg["name"]
     if name == "synthetic":
         train, test = Synthetic(cfg, "train"), Synthetic(cfg, "test")
-    elif ":" in name:
+    elif is_user_dataset(cfg):
         builder = import_callable(name)
         train, test = builder("train", root), builder("test", root)
     else:  # digits and npy: shards on the scratch root, staged

@@ -72,11 +72,16 @@ def make_scheduler(cfg: dict, optimizer, total_steps: int):
 
 class ResumableSampler(DistributedSampler):
     """DistributedSampler that can begin an epoch part-way: after a mid-epoch resume it skips the
-    samples already trained on, without loading them."""
+    samples already trained on, without loading them. With keyed, it yields epoch * len + index
+    (what data.PerSampleSeeds takes)."""
     start = 0
+    keyed = False
 
     def __iter__(self):
-        return itertools.islice(super().__iter__(), self.start, None)
+        indices = itertools.islice(super().__iter__(), self.start, None)
+        if self.keyed:
+            return (self.epoch * len(self.dataset) + i for i in indices)
+        return indices
 
     def __len__(self):
         return super().__len__() - self.start
@@ -138,9 +143,12 @@ def main(argv=None) -> None:
     # ---- data: the staged copy, split across ranks by DistributedSampler
     seed = cfg["train"]["seed"]
     train_set, test_set, meta = data.build(cfg["data"], staged["target"])
+    if data.is_user_dataset(cfg["data"]):   # its augmentations replay exactly (the built-ins have none)
+        train_set = data.PerSampleSeeds(train_set, seed)
     per_device, accum = plan["batch"]["per_device"], plan["batch"]["grad_accum"]
     sampler = ResumableSampler(train_set, num_replicas=d.world_size, rank=d.rank, shuffle=True,
                                seed=seed, drop_last=True)
+    sampler.keyed = isinstance(train_set, data.PerSampleSeeds)
     workers = cfg["data"]["workers"]
     workers = max(plan["cpus_per_rank"] - 1, 0) if workers is None else workers
     # The loader's own generator (the workers' seeds) is reseeded from (seed, epoch, rank) at each

@@ -119,16 +119,17 @@ def reference(tmp_path_factory):
     return final_state(out, tmp)
 
 
-def killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps: int) -> dict:
-    """Train cfg uninterrupted; train it again, SIGKILL everything after a checkpoint at step 12 or
-    later, resume; the final model and optimizer must be identical. Returns the resumed train.json."""
-    ref_out, _ = launch_training(tmp_path / "ref", cfg)
+def killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps: int, reference_cfg=None, env=None) -> dict:
+    """Train cfg (or reference_cfg) uninterrupted; train cfg again, SIGKILL everything after a
+    checkpoint at step 12 or later, resume; the final model and optimizer must be identical.
+    Returns the resumed train.json."""
+    ref_out, _ = launch_training(tmp_path / "ref", reference_cfg or cfg, env=env)
     out, cmd = prepare_training(tmp_path / "cut", cfg)
-    proc = start(cmd, tmp_path / "cut.log")
+    proc = start(cmd, tmp_path / "cut.log", env=env)
     wait_for(lambda: newest_step(durable_dir(tmp_path / "cut")) >= 12, what="a checkpoint at step 12")
     kill_all(proc)
     assert not (out / "train.json").exists()
-    run(cmd)
+    run(cmd, env=env)
     summary = read_json(out / "train.json")
     assert 12 <= summary["resumed_from_step"] < summary["steps"] == steps
     assert summary["checkpoint"]["kind"] == ("dcp" if cfg.get("strategy") == "fsdp" else "file")
@@ -140,6 +141,56 @@ def killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps: int) -> dict:
 def test_resume_after_kill_is_bit_exact(tmp_path, strategy):
     killed_and_resumed_equals_uninterrupted(
         tmp_path, {**LONG, "strategy": strategy, "train": {"epochs": 5, "log_every_steps": 10}}, steps=5 * 22)
+
+
+AUGMENTED = """
+import random
+import time
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class Noisy(Dataset):
+    \"\"\"y = 1 when the sum of x is positive; every load adds noise from all three global generators.\"\"\"
+    def __init__(self, split):
+        g = torch.Generator().manual_seed(0 if split == "train" else 1)
+        self.x = torch.randn(512, 8, generator=g)
+        self.y = (self.x.sum(1) > 0).long()
+        self.meta = {"shape": [8], "classes": 2}
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        time.sleep(0.002)   # a loader with some work to do: the kill lands mid-run
+        noise = 0.1 * torch.randn(8) + random.gauss(0, 0.1) + float(np.random.normal(0, 0.1))
+        return self.x[i] + noise, int(self.y[i])
+
+
+def dataset(split, root):
+    return Noisy(split)
+
+
+def model(meta, cfg):
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 2))
+"""
+
+
+def test_a_user_datasets_random_augmentations_replay_exactly_after_a_kill(tmp_path):
+    """The uninterrupted reference loads in the training processes (no workers); the killed and
+    resumed run has 2 loader workers per rank. Both end identical: each sample's random draws
+    depend on (seed, epoch, index) only."""
+    (tmp_path / "code" / "auglab").mkdir(parents=True)
+    (tmp_path / "code" / "auglab" / "__init__.py").write_text("")
+    (tmp_path / "code" / "auglab" / "noisy.py").write_text(AUGMENTED)
+    cfg = {"processes": 2, "model": {"name": "auglab.noisy:model"}, "data": {"name": "auglab.noisy:dataset", "workers": 2},
+           "batch": {"global": 64, "per_device": 16}, "train": {"epochs": 8, "log_every_steps": 10},
+           "checkpoint": {"every_steps": 3, "keep": 3}}
+    killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps=8 * 8, env={"PYTHONPATH": str(tmp_path / "code")},
+                                            reference_cfg={**cfg, "data": {**cfg["data"], "workers": 0}})
 
 
 @pytest.mark.gpu
