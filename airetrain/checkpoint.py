@@ -81,13 +81,23 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _listed(entry: dict) -> dict:
+    """What a manifest keeps of an entry (not where it was read from, or how it got there)."""
+    return {k: v for k, v in entry.items() if k not in ("path", "source", "mode", "verified")}
+
+
+def same(a: dict, b: dict) -> bool:
+    """The same checkpoint: same file name, step and content hashes."""
+    return _listed(a) == _listed(b)
+
+
 def record(directory: Path, entry: dict, keep: int | None = None) -> None:
     """Add entry to the directory's manifest; with keep, delete all but the newest `keep` checkpoints.
 
     The caller has verified the new checkpoint, so an older one is only removed once a newer,
     verified one is in the same directory."""
     manifest = _manifest(directory)
-    entry = {k: v for k, v in entry.items() if k not in ("path", "source", "mode", "verified")}
+    entry = _listed(entry)
     kept = [e for e in manifest["checkpoints"] if e["file"] != entry["file"]] + [entry]
     kept.sort(key=lambda e: e["step"])
     dropped = kept[:-keep] if keep else []

@@ -218,11 +218,11 @@ class Checkpointer:
         else:
             log.warning("the checkpoint was written by %d ranks, this run has %d: random streams restart",
                         len(trainer["rng"]), self.d.world_size)
-        self.latest = head["entry"]
-        if self.d.is_main and Path(head["path"]).parent == self.dir != self.durable:
+        entry = self.latest = head["entry"]
+        if self.d.is_main and Path(head["path"]).parent == self.dir != self.durable \
+                and not any(checkpoint.same(entry, e) for e in checkpoint.entries(self.durable)):
             # a kill between writing and promoting leaves the newest checkpoint only on the fast
             # root: copy it to scratch now, in the background, not after the next save
-            entry = head["entry"]
             self._thread = threading.Thread(target=self._run, args=(lambda: self._promote(entry),),
                                             name="checkpoint", daemon=True)
             self._thread.start()
