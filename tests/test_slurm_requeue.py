@@ -95,3 +95,32 @@ def test_after_scancel_a_new_invocation_resumes_only_the_cancelled_run(interrupt
     assert summary["steps"] == STEPS and summary["resumed_from_step"] >= 40
     assert summary["slurm_job_id"] != victim_job
     assert_identical(final_state(work, "victim"), final_state(work, "ref"))
+
+
+def test_a_stop_the_job_cannot_requeue_exits_75_and_the_profiles_retries_resume_it(interrupted, tmp_path):
+    """A SIGTERM to the training step (as a preemption without requeue sends it) stops the run with a
+    checkpoint; SLURM decides what follows, so launch exits 75, the job fails, and the profile's
+    `retries: 1` resubmits the run in the same invocation: a new job, which resumes and finishes."""
+    ref_work, env = interrupted[0], interrupted[1]
+    cfg = write_config(tmp_path / "config.yaml", {
+        "roots": {"scratch": str(tmp_path / "scratch")}, "defaults": TRAINING,
+        "runs": {"retried": {"time_min": {"stage": 2, "train": 10, "promote": 2}}}})
+    env = {**env, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(tmp_path))}
+    log = tmp_path / "snakemake.log"
+    proc = subprocess.Popen(snakemake_cmd(tmp_path, cfg, *SLURM_ARGS), cwd=tmp_path,
+                            env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **env},
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    wait_for(lambda: newest_step(durable(tmp_path, "retried")) >= 40, timeout=400, what="a checkpoint")
+    first_job = sessions(tmp_path, "retried")[-1]["slurm_job_id"]
+    steps = run(["squeue", "-h", "-s", "-j", first_job, "-o", "%i %j"], env=env).stdout.split("\n")
+    torchrun_step = next(line.split()[0] for line in steps if line.endswith(" bash"))   # srun bash -c 'exec torchrun'
+    run(["scancel", "--signal=TERM", torchrun_step], env=env)
+    assert proc.wait(timeout=600) == 0, log.read_text()
+    from airetrain.manifest import stops
+    stopped = stops(tmp_path / "scratch" / "airetrain" / "retried")
+    assert [(s["slurm_job_id"], s["action"]) for s in stopped] == [(first_job, "exit 75")], stopped
+    jobs = [s["slurm_job_id"] for s in sessions(tmp_path, "retried")]
+    assert jobs[0] == first_job and len(set(jobs)) == 2, jobs   # resubmitted by Snakemake, not requeued
+    summary = read_json(tmp_path / "results/retried/train.json")
+    assert summary["steps"] == STEPS and summary["resumed_from_step"] == stopped[0]["step"] >= 40
+    assert_identical(final_state(tmp_path, "retried"), final_state(ref_work, "ref"))
