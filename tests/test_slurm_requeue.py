@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import BIN, read_json, run, slurm_state, snakemake_cmd, write_config
+from conftest import BIN, REPO, read_json, run, slurm_state, snakemake_cmd, write_config
 from test_checkpoint import assert_identical, flatten, newest_step, wait_for
 from test_slurm import SLURM_ARGS, slurm_snakemake, unique
 
@@ -124,3 +124,29 @@ def test_a_stop_the_job_cannot_requeue_exits_75_and_the_profiles_retries_resume_
     summary = read_json(tmp_path / "results/retried/train.json")
     assert summary["steps"] == STEPS and summary["resumed_from_step"] == stopped[0]["step"] >= 40
     assert_identical(final_state(tmp_path, "retried"), final_state(ref_work, "ref"))
+
+
+def test_after_a_deadline_stop_restarts_cap_requeues_and_a_refusal_exits_75(slurm_cluster, monkeypatch):
+    """What launch decides after a deadline stop, against a real job: SLURM's Restarts= against
+    checkpoint.max_requeues, `scontrol requeue` itself, and SLURM refusing it (a pending job)."""
+    import sys
+    sys.path.insert(0, str(REPO / "tests" / "slurm"))
+    from jobs import sbatch, state, wait
+    from airetrain.launch import EXIT_STOPPED, _continue, job_restarts
+
+    for key, value in slurm_cluster.items():
+        monkeypatch.setenv(key, value)
+    job = sbatch("stopped", ["-p", "standard", "-c", "1", "--mem=100M", "-t", "5", "--requeue", "--wrap=sleep 300"])
+    stopped = {"reason": "deadline", "step": 40, "of_steps": 100, "checkpoint": {"path": "step-00000040.pt"}}
+
+    def decide(max_requeues):
+        plan = {"config": {"checkpoint": {"requeue": True, "max_requeues": max_requeues}}}
+        return _continue(plan, stopped, {"SLURM_JOB_ID": job})
+    try:
+        wait(lambda: state(job) == "RUNNING", 120, "the job to start")
+        assert decide(0) == (1, "exit 1: max_requeues reached")
+        assert state(job) == "RUNNING" and job_restarts(job) == 0          # left alone
+        assert decide(1) == (EXIT_STOPPED, "requeued") and job_restarts(job) == 1
+        assert decide(2) == (EXIT_STOPPED, "exit 75: requeue refused")    # SLURM: "Job is pending execution"
+    finally:
+        run(["scancel", job])
