@@ -70,6 +70,7 @@ def launch_training(tmp_path: Path, run_cfg: dict, name: str = "t", dump=None, c
 
 
 SLURM_DIR = REPO / "tests" / "slurm"
+sys.path.insert(0, str(SLURM_DIR))   # tests/slurm/jobs.py: the report's live jobs, sbatch and wait helpers
 
 
 def slurm_state() -> Path:

@@ -5,6 +5,7 @@ after resuming, with the same parameters and optimizer state as an uninterrupted
 """
 import os
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -240,7 +241,6 @@ def test_a_checkpoint_only_on_the_fast_root_is_promoted_when_the_run_resumes_fro
     """As after a kill between writing a checkpoint and copying it to scratch."""
     cfg = {**LONG, "train": {"epochs": 1, "log_every_steps": 10}, "checkpoint": {"every_steps": 100, "keep": 3}}
     out, _ = launch_training(tmp_path, cfg)
-    import shutil
     shutil.rmtree(durable_dir(tmp_path))   # the epoch-end checkpoint (step 22) is on the fast root only
     (out / "train.json").unlink()
     launch_training(tmp_path, {**cfg, "train": {"epochs": 2, "log_every_steps": 10}})
@@ -268,7 +268,6 @@ def test_truncated_and_bit_flipped_checkpoints_are_skipped(tmp_path):
     state, path, _ = checkpoint.load_latest([durable], fingerprint)
     assert path.name == checkpoint.file_name(15) and state["trainer"]["step"] == 15
     # the trainer falls back the same way (the fast root's copies are gone, as after a requeue)
-    import shutil
     shutil.rmtree(tmp_path / "fast" / "airetrain" / "t" / "checkpoints")
     (out / "train.json").unlink()
     _, proc = launch_training(tmp_path, {**cfg, "train": {"epochs": 2, "log_every_steps": 10}})

@@ -2,20 +2,17 @@
 import csv
 import os
 import re
-import sys
 
 import pytest
 
-from conftest import REPO, run
+from conftest import run
+from jobs import run_all, sbatch, state, wait
 
 pytestmark = pytest.mark.slurm
 
 
 @pytest.fixture(scope="module")
 def live_jobs(slurm_cluster):
-    sys.path.insert(0, str(REPO / "tests" / "slurm"))
-    from jobs import run_all
-
     return run_all(env={**os.environ, **slurm_cluster}), slurm_cluster
 
 
@@ -44,9 +41,6 @@ def test_since_finds_the_same_jobs(live_jobs):
 
 
 def test_a_running_job_and_an_unknown_id_get_a_status_not_a_crash(slurm_cluster, tmp_path):
-    sys.path.insert(0, str(REPO / "tests" / "slurm"))
-    from jobs import sbatch, state, wait
-
     env = {**os.environ, **slurm_cluster}
     job_id = sbatch("still_running", ["-p", "standard", "-c", "1", "--mem=200M", "-t", "5", "--wrap=sleep 120"], env)
     try:

@@ -11,9 +11,10 @@ import subprocess
 import pytest
 import torch
 
-from conftest import BIN, REPO, read_json, run, slurm_state, snakemake_cmd, write_config
+from conftest import BIN, read_json, run, slurm_state, snakemake_cmd, write_config
 from test_checkpoint import assert_identical, flatten, newest_step, wait_for
 from test_slurm import SLURM_ARGS, slurm_snakemake, unique
+from jobs import sbatch, state, wait
 
 pytestmark = pytest.mark.slurm
 
@@ -129,9 +130,6 @@ def test_a_stop_the_job_cannot_requeue_exits_75_and_the_profiles_retries_resume_
 def test_after_a_deadline_stop_restarts_cap_requeues_and_a_refusal_exits_75(slurm_cluster, monkeypatch):
     """What launch decides after a deadline stop, against a real job: SLURM's Restarts= against
     checkpoint.max_requeues, `scontrol requeue` itself, and SLURM refusing it (a pending job)."""
-    import sys
-    sys.path.insert(0, str(REPO / "tests" / "slurm"))
-    from jobs import sbatch, state, wait
     from airetrain.launch import EXIT_STOPPED, _continue, job_restarts
 
     for key, value in slurm_cluster.items():
