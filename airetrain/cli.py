@@ -30,6 +30,18 @@ def _plan(args) -> None:
             write_json_atomic(Path(args.write) / name / "plan.json", plan)
 
 
+def _resolve(args) -> None:
+    import json
+
+    from .fsutil import write_json_atomic
+    from .plan import resolve_strategy
+
+    plan = resolve_strategy(json.loads(args.plan_json))
+    write_json_atomic(args.out, plan)
+    print(f"run {plan['run']}: strategy {plan['strategy']}"
+          + (f" ({plan['memory_estimate']['reason']})" if plan["memory_estimate"] else ""))
+
+
 def _sbatch(args) -> None:
     from .sbatch import script
 
@@ -58,11 +70,11 @@ def _stage(args) -> None:
 
     from .fsutil import read_json, write_json_atomic
     from .launch import on_every_node
-    from .roots import resolve_root, run_dir
+    from .roots import fast_root, run_dir
     from .stage import stage
 
     plan = read_json(args.plan)
-    fast = resolve_root("tmp_shared", plan["roots"]["tmp_shared"])
+    fast = fast_root(plan["roots"]["tmp_shared"])
     out = Path(args.out)
     if plan["dataset"] is None:  # synthetic data: made in memory by the trainer
         write_json_atomic(out, {"source": None, "target": None, "files": 0, "bytes": 0, "seconds": 0.0,
@@ -141,6 +153,11 @@ def main(argv=None) -> None:
     p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
     p.add_argument("--write", metavar="DIR", help="also write DIR/<run>/plan.json")
     p.set_defaults(func=_plan)
+
+    p = sub.add_parser("resolve", help="decide a planned run's strategy (the memory estimate) and write plan.json")
+    p.add_argument("--plan-json", required=True, help="the run's plan as the workflow made it, as JSON")
+    p.add_argument("--out", required=True, help="plan.json")
+    p.set_defaults(func=_resolve)
 
     p = sub.add_parser("sbatch", help="print a stand-alone sbatch script for one run (no Snakemake)")
     p.add_argument("run")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import config as cfg
 from .errors import ConfigError
-from .roots import Root, is_under, resolve_root, run_dir
+from .roots import Root, durable_root, is_under, run_dir
 
 log = logging.getLogger("airetrain.plan")
 
@@ -298,10 +298,13 @@ def torchrun_args(plan: dict) -> list[str]:
     ]
 
 
-def plan_all(config: dict, env=None) -> dict[str, dict]:
-    """Plan every run in one process; all refusals are reported together."""
+def plan_all(config: dict, env=None, scratch: Root | None = None) -> dict[str, dict]:
+    """Plan every run in one process; all refusals are reported together.
+
+    scratch: the durable root already decided where the workflow was planned (see planned_scratch);
+    without it the root is resolved here, from the config and the environment."""
     top, runs = cfg.resolve(config)
-    scratch = resolve_root("scratch", top["roots"]["scratch"], env)
+    scratch = scratch or durable_root(top["roots"]["scratch"], env)
     plans, problems = {}, []
     for name, run in runs.items():
         try:
@@ -313,6 +316,34 @@ def plan_all(config: dict, env=None) -> dict[str, dict]:
     for warning in [w for p in plans.values() for w in p["warnings"]] + plan_warnings(plans, top):
         log.warning(warning)
     return plans
+
+
+def plan_workflow(config: dict, in_job: bool, results: str | Path = "results") -> dict[str, dict]:
+    """The plans of a Snakemake parse: on the submit host from the config and the environment; inside a
+    job with the durable root of the newest results/<run>/plan.json (written by this invocation's
+    plan rules, which run on the submit host before any job)."""
+    scratch = None
+    if in_job:
+        files = sorted(Path(results).glob("*/plan.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        scratch = planned_scratch(files)
+    return plan_all(config, scratch=scratch)
+
+
+def planned_scratch(plan_files) -> Root | None:
+    """The durable root recorded in the first readable plan.json of plan_files, if any.
+
+    Snakemake parses the workflow again inside every job, where the environment differs (SLURM_JOB_ID,
+    the job's own TMPDIR, perhaps another $SCRATCH): the job must plan with the root the submit host
+    decided, or it looks for the dataset somewhere else and no durable copy lands where it was planned."""
+    import json
+
+    for path in plan_files:
+        try:
+            roots = json.loads(Path(path).read_text())["roots"]
+        except (OSError, ValueError, KeyError):
+            continue
+        return Root(Path(roots["scratch"]), roots["scratch_source"])
+    return None
 
 
 def plan_warnings(plans: dict[str, dict], top: dict) -> list[str]:

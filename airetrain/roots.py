@@ -1,7 +1,10 @@
 """Where things live: the scratch root (durable) and the tmp_shared root (fast, per job).
 
-Aire's variables are read at the moment of use, never hard-coded: $TMP_SHARED exists only
-inside a job (and has been seen empty), so the fast root is resolved inside the job.
+The durable root is decided once, where the workflow is planned, and carried in the plan: every
+later step, and the Snakefile parsed again inside each job, uses the plan's value. It never falls
+back to a per-job or node-local directory ($TMPDIR, $TMP_SHARED), which SLURM purges when the job
+ends. The fast root is resolved inside the job: $TMP_SHARED exists only there (and has been seen
+empty), and $TMPDIR is the job's own node-local directory.
 """
 from __future__ import annotations
 
@@ -12,17 +15,16 @@ from pathlib import Path
 
 log = logging.getLogger("airetrain.roots")
 
-# root kind -> (Aire variable, laptop fallback relative to the working directory)
-_SOURCES = {
-    "scratch": ("SCRATCH", ".airetrain/scratch"),
-    "tmp_shared": ("TMP_SHARED", ".airetrain/tmp_shared"),
-}
+# Without $SCRATCH: a directory under the working directory, which Snakemake already needs every
+# node of a job to see (its -D); with the fast root's last fallback beside it for laptops.
+SCRATCH_FALLBACK = ".airetrain/scratch"
+FAST_FALLBACK = ".airetrain/tmp_shared"
 
 
 @dataclass(frozen=True)
 class Root:
     path: Path
-    source: str  # "config", "$SCRATCH", "$TMP_SHARED", "$TMPDIR" or "local fallback"
+    source: str  # "config", "$SCRATCH", "$TMP_SHARED", "$TMPDIR" or "working directory"
 
     @property
     def node_local(self) -> bool:
@@ -31,27 +33,45 @@ class Root:
 
     @property
     def fallback(self) -> bool:
-        return self.source in ("$TMPDIR", "local fallback")
+        return self.source in ("$TMPDIR", "working directory")
 
 
-def resolve_root(kind: str, configured: str | None, env=None) -> Root:
-    """configured path, else the Aire variable, else $TMPDIR in a SLURM job, else ./.airetrain/<kind>.
+def _set(env, name: str) -> str | None:
+    value = env.get(name, "").strip()
+    return value or None
+
+
+def durable_root(configured: str | None, env=None) -> Root:
+    """roots.scratch, else $SCRATCH, else ./.airetrain/scratch under the working directory (warned)."""
+    env = os.environ if env is None else env
+    if configured:
+        return Root(Path(configured).expanduser().absolute(), "config")
+    if _set(env, "SCRATCH"):
+        return Root(Path(env["SCRATCH"]).absolute(), "$SCRATCH")
+    root = Root(Path(SCRATCH_FALLBACK).absolute(), "working directory")
+    log.warning("durable root: $SCRATCH is not set, so datasets and checkpoints go to %s under the working "
+                "directory; set roots.scratch in the config to put them elsewhere", root.path)
+    return root
+
+
+def fast_root(configured: str | None, env=None) -> Root:
+    """roots.tmp_shared, else $TMP_SHARED, else $TMPDIR in a SLURM job, else ./.airetrain/tmp_shared.
 
     $TMPDIR counts only inside a SLURM job, where it is the job's own directory; elsewhere
     (Snakemake sets TMPDIR=/tmp for every job) it would be shared by unrelated workflows.
     """
     env = os.environ if env is None else env
-    variable, local = _SOURCES[kind]
     if configured:
         return Root(Path(configured).expanduser().absolute(), "config")
-    if env.get(variable, "").strip():
-        return Root(Path(env[variable]).absolute(), f"${variable}")
-    if env.get("TMPDIR", "").strip() and env.get("SLURM_JOB_ID"):
-        root = Root(Path(env["TMPDIR"]) / f"airetrain-{kind}", "$TMPDIR")
-        log.warning("%s root: $%s is not set, falling back to $TMPDIR (%s)", kind, variable, root.path)
+    if _set(env, "TMP_SHARED"):
+        return Root(Path(env["TMP_SHARED"]).absolute(), "$TMP_SHARED")
+    if _set(env, "TMPDIR") and env.get("SLURM_JOB_ID"):
+        root = Root(Path(env["TMPDIR"]) / "airetrain-tmp_shared", "$TMPDIR")
+        log.warning("fast root: $TMP_SHARED is not set, falling back to $TMPDIR (%s, node-local: staged on "
+                    "every node)", root.path)
         return root
-    root = Root(Path(local).absolute(), "local fallback")
-    log.warning("%s root: $%s is not set (and no SLURM job's $TMPDIR), using %s", kind, variable, root.path)
+    root = Root(Path(FAST_FALLBACK).absolute(), "working directory")
+    log.warning("fast root: $TMP_SHARED is not set (and no SLURM job's $TMPDIR), using %s", root.path)
     return root
 
 

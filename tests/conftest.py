@@ -12,13 +12,33 @@ BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
 
 
-def run(cmd, cwd=None, env=None, check=True, timeout=600):
-    """Run a command, return the CompletedProcess; on failure show its output."""
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})}
+def run(cmd, cwd=None, env=None, check=True, timeout=600, exact_env=False):
+    """Run a command, return the CompletedProcess; on failure show its output.
+
+    The environment is this one with the venv first on PATH, plus env; or env alone (exact_env)."""
+    if not exact_env:
+        env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})}
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     return proc
+
+
+ROOT_VARIABLES = ("SCRATCH", "TMP_SHARED", "TMPDIR")
+
+
+def unactivated_env(tmp_path: Path, **extra) -> dict:
+    """The shell of a user who runs `.venv/bin/snakemake` without activating the venv, on a site
+    without $SCRATCH: no venv on PATH, no root variables, and a `python` first on PATH that has no
+    torch (/usr/bin/python3, Debian's own), as a cron job or a wrapper script would have."""
+    decoy = tmp_path / "decoy-bin"
+    decoy.mkdir(exist_ok=True)
+    for name in ("python", "python3"):
+        if not (decoy / name).exists():
+            (decoy / name).symlink_to("/usr/bin/python3")
+    path = [d for d in os.environ["PATH"].split(os.pathsep) if d and Path(d).resolve() != BIN.resolve()]
+    env = {k: v for k, v in os.environ.items() if k not in (*ROOT_VARIABLES, "VIRTUAL_ENV", "PYTHONPATH")}
+    return {**env, "PATH": os.pathsep.join([str(decoy), *path]), **extra}
 
 
 def write_config(path: Path, config: dict) -> Path:
@@ -34,8 +54,9 @@ def snakemake_cmd(workdir: Path, configfile: Path, *args) -> list[str]:
     return [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(configfile), *args]
 
 
-def snakemake(workdir: Path, configfile: Path, *args, check=True, env=None, timeout=900):
-    return run(snakemake_cmd(workdir, configfile, *args), cwd=workdir, check=check, env=env, timeout=timeout)
+def snakemake(workdir: Path, configfile: Path, *args, check=True, env=None, timeout=900, exact_env=False):
+    return run(snakemake_cmd(workdir, configfile, *args), cwd=workdir, check=check, env=env, timeout=timeout,
+               exact_env=exact_env)
 
 
 def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t") -> tuple[Path, list[str]]:

@@ -6,17 +6,25 @@ import torch
 
 from airetrain.fsutil import sha256_file
 
-from conftest import REPO, SNAKEMAKE, read_json, run, snakemake, write_config
+from conftest import BIN, REPO, SNAKEMAKE, read_json, run, snakemake, unactivated_env, write_config
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
+    """`.venv/bin/snakemake --cores 2` as a user runs it: from a shell that has not activated the venv, whose
+    first `python` has no torch, on a machine without $SCRATCH."""
     work = tmp_path_factory.mktemp("demo")
-    proc = snakemake(work, REPO / "config/config.yaml", "--cores", "2",
-                     env={"SCRATCH": "", "TMP_SHARED": "", "TMPDIR": ""})
+    proc = snakemake(work, REPO / "config/config.yaml", "--cores", "2", "-p", env=unactivated_env(work),
+                     exact_env=True)
     return work, proc
+
+
+def test_the_rules_ran_snakemakes_interpreter_not_the_first_python_on_path(demo):
+    _, proc = demo
+    out = proc.stdout + proc.stderr
+    assert f"{BIN / 'python'} -m airetrain launch" in out and "    python -m airetrain" not in out
 
 
 def test_every_output_is_present(demo):
@@ -39,7 +47,7 @@ def test_demo_trains_to_90_percent_with_two_ddp_ranks(demo):
 def test_stage_used_the_local_fallback_roots(demo):
     work, _ = demo
     s = read_json(work / "results/digits-ddp/stage.json")
-    assert s["fast_root"] == str(work / ".airetrain/tmp_shared") and s["fast_root_source"] == "local fallback"
+    assert s["fast_root"] == str(work / ".airetrain/tmp_shared") and s["fast_root_source"] == "working directory"
     assert s["source"] == str(work / ".airetrain/scratch/datasets/digits") and s["files"] == 9
 
 

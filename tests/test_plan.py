@@ -100,7 +100,7 @@ def test_scratch_root_under_home_is_refused():
 def test_laptop_fallback_under_home_is_allowed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     p = plan_all({"runs": {"r": {}}}, env={"HOME": str(tmp_path)})["r"]
-    assert p["roots"]["scratch_source"] == "local fallback"
+    assert p["roots"]["scratch_source"] == "working directory"
     assert p["dataset"] == str(tmp_path / ".airetrain/scratch/datasets/digits")
 
 

@@ -5,10 +5,11 @@ TMPDIR points at the cluster's node-local directory, so $TMP_SHARED's fallback i
 2-node run must stage on both nodes.
 """
 import time
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SNAKEMAKE, read_json, run, slurm_state, snakemake, write_config
+from conftest import REPO, SNAKEMAKE, read_json, run, slurm_state, snakemake, unactivated_env, write_config
 
 pytestmark = pytest.mark.slurm
 
@@ -193,3 +194,61 @@ def test_two_node_run_resumes_from_a_checkpoint_only_node_0_has(cluster_runs):
     assert after["hostnames"] == ["labgpu1", "labgpu2"]
     out = proc.stdout + proc.stderr
     assert "results/demo/train.json" not in out and "results/g3/train.json" not in out   # the others stay done
+
+
+@pytest.fixture(scope="module")
+def site_default_runs(slurm_cluster, tmp_path_factory):
+    """What a user gets on a site without $SCRATCH: no roots in the config, TMPDIR set by the site per
+    job and purged when the job ends (the cluster's TaskProlog and Epilog, as on Aire), and
+    `.venv/bin/snakemake` called from a shell that has not activated the venv."""
+    work = tmp_path_factory.mktemp("site-defaults")
+    cfg = write_config(work / "config.yaml", {
+        "defaults": {"train": {"epochs": 2}},
+        "runs": {
+            "g3": {**STAND_IN, "gpus": 3, "batch": {"global": 96, "per_device": 32}},
+            "g6": {**STAND_IN, "gpus": 6, "batch": {"global": 96, "per_device": 16}},
+        },
+    })
+    env = unactivated_env(work, **slurm_cluster, AIRETRAIN_LAB_JOB_TMPDIR="1")
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    proc = snakemake(work, cfg, *SLURM_ARGS, "--jobs", "2", env=env, exact_env=True, check=False)
+    return work, proc, sacct_jobs(slurm_cluster, since)
+
+
+def test_without_scratch_a_one_and_a_two_node_run_succeed(site_default_runs):
+    work, proc, jobs = site_default_runs
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert {job["State"] for job in jobs.values()} == {"COMPLETED"} and len(jobs) == 2
+    for run_name, nodes in (("g3", 1), ("g6", 2)):
+        assert read_json(work / f"results/{run_name}/train.json")["nodes"] == nodes
+
+
+def test_without_scratch_the_durable_root_is_the_working_directory_on_both_sides(site_default_runs):
+    """The submit host planned it, and the jobs (which parsed the Snakefile again, with SLURM_JOB_ID
+    and the per-job TMPDIR set) used the same root: the durable copy is under ./.airetrain/scratch."""
+    work, proc, _ = site_default_runs
+    durable = (work / ".airetrain" / "scratch").resolve()
+    for run_name in ("g3", "g6"):
+        plan = read_json(work / f"results/{run_name}/plan.json")
+        assert plan["roots"] == {"scratch": str(durable), "scratch_source": "working directory",
+                                 "tmp_shared": None}
+        checkpoint = read_json(work / f"results/{run_name}/checkpoint.json")
+        assert checkpoint["verified"] and Path(checkpoint["path"]).is_relative_to(durable)
+        assert Path(checkpoint["path"]).is_file()
+    out = proc.stdout + proc.stderr
+    assert out.count("roots.scratch") == 1, out   # one warning, naming the key that fixes it
+
+
+def test_the_per_job_tmpdir_was_the_fast_root_and_was_purged_with_the_job(site_default_runs):
+    """The site's TMPDIR was in use (the fast root, staged on both nodes of g6) and is gone now that the
+    jobs have ended: anything durable left there would have been lost."""
+    work, _, jobs = site_default_runs
+    for run_name in ("g3", "g6"):
+        job_id = read_json(work / f"results/{run_name}/train.json")["slurm_job_id"]
+        assert job_id in jobs
+        stage = read_json(work / f"results/{run_name}/stage.json")
+        assert stage["fast_root_source"] == "$TMPDIR"
+        assert stage["fast_root"] == str(slurm_state() / "nodetmp" / "local" / f"job.{job_id}" / "airetrain-tmp_shared")
+        for node in ("labgpu1", "labgpu2"):
+            assert not (slurm_state() / "nodetmp" / node / f"job.{job_id}").exists()
+    assert sorted(read_json(work / "results/g6/stage.json")["nodes"]) == ["labgpu1", "labgpu2"]

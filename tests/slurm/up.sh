@@ -9,7 +9,10 @@
 # jobstep plugin strips SLURM_*) and node names resolve (torchrun's c10d rendezvous needs that).
 #
 # $S/nodetmp/local is node-local inside jobs (each node bind-mounts its own $S/nodetmp/<node> there):
-# point TMPDIR at it to emulate Aire's node-local $TMPDIR.
+# point TMPDIR at it to emulate Aire's node-local $TMPDIR. Or let the site set it, as Aire does: a job
+# whose environment has AIRETRAIN_LAB_JOB_TMPDIR=1 gets TMPDIR=$S/nodetmp/local/job.<id> from the
+# TaskProlog on every node, and the Epilog deletes that directory when the job ends (Aire purges
+# /tmp/job.<id>). Other jobs are left alone.
 # Idempotent; everything lives in $AIRETRAIN_SLURM_STATE (default tests/slurm/state).
 # Clients: source "$AIRETRAIN_SLURM_STATE/env.sh". Stop with down.sh (by pid files only).
 set -euo pipefail
@@ -99,12 +102,28 @@ KillWait=10
 MinJobAge=3600
 SlurmdTimeout=60
 JobRequeue=1
+TaskProlog=$S/etc/task_prolog.sh
+Epilog=$S/etc/epilog.sh
 NodeName=labgpu1 NodeHostname=labgpu1 NodeAddr=127.0.2.1 Port=$((NODE_PORT + 1)) $NODE Gres=gpu:l40s:3
 NodeName=labgpu2 NodeHostname=labgpu2 NodeAddr=127.0.2.2 Port=$((NODE_PORT + 2)) $NODE Gres=gpu:l40s:3
 NodeName=labcpu1 NodeHostname=labcpu1 NodeAddr=127.0.3.1 Port=$((NODE_PORT + 3)) $NODE
 PartitionName=standard Nodes=labcpu1 Default=YES MaxTime=2-00:00:00 State=UP
 PartitionName=gpu Nodes=labgpu1,labgpu2 MaxTime=2-00:00:00 State=UP
 CONF
+cat >"$S/etc/task_prolog.sh" <<PROLOG
+#!/bin/sh
+# Aire's per-job \$TMPDIR, for jobs that ask for it (runs as the job's user, in its environment)
+[ "\$AIRETRAIN_LAB_JOB_TMPDIR" = 1 ] || exit 0
+dir=$S/nodetmp/local/job.\$SLURM_JOB_ID
+mkdir -p "\$dir" && echo "export TMPDIR=\$dir"
+PROLOG
+cat >"$S/etc/epilog.sh" <<EPILOG
+#!/bin/sh
+# the job's \$TMPDIR is purged when it ends, on every node (runs as root after each job)
+rm -rf "$S/nodetmp/local/job.\$SLURM_JOB_ID"
+exit 0
+EPILOG
+chmod 755 "$S/etc/task_prolog.sh" "$S/etc/epilog.sh"
 printf 'CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nConstrainRAMSpace=yes\nConstrainSwapSpace=yes\nAllowedSwapSpace=0\n' >"$S/etc/cgroup.conf"
 echo "NodeName=labgpu[1-2] Name=gpu Type=l40s File=$S/gpu/nvidia[0-2]" >"$S/etc/gres.conf"
 cat >"$S/etc/slurmdbd.conf" <<CONF

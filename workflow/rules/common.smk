@@ -1,3 +1,4 @@
+import json
 import os
 import re
 import sys
@@ -12,16 +13,23 @@ from airetrain.launch import export_python_path
 
 export_python_path(workflow.basedir)
 
+from snakemake.settings.types import DeploymentMethod
+
 from airetrain.errors import ConfigError
-from airetrain.plan import format_table, plan_all
+from airetrain.interpreter import rule_python
+from airetrain.plan import format_table, plan_workflow
 
 # Plan every run in this one process; refusals stop the workflow before anything is submitted.
+# Inside a job (Snakemake parses this file again there) the plan keeps the submit host's roots.
 try:
-    PLANS = plan_all(config)
+    PLANS = plan_workflow(config, in_job=not workflow.is_main_process)
+    # the rules' interpreter: Snakemake's own, never whatever `python` an unactivated shell finds first
+    PYTHON = rule_python(DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method)
 except ConfigError as e:
     raise WorkflowError(f"airetrain: {e}") from None
 validate(config, "../schemas/config.schema.yaml")
-logger.info(f"airetrain plan:\n{format_table(PLANS)}")
+if workflow.is_main_process:
+    logger.info(f"airetrain plan:\n{format_table(PLANS)}")
 
 RUNS = list(PLANS)
 TRAIN_SCRIPT = os.path.join(workflow.basedir, "scripts", "train.py")
@@ -39,10 +47,6 @@ def get_final_outputs():
         "results/report/efficiency.md",
         "results/report/efficiency.html",
     ]
-
-
-def plan_of(wildcards):
-    return PLANS[wildcards.run]
 
 
 def slurm(wildcards, key):

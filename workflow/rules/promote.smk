@@ -6,6 +6,7 @@ rule promote:
         checkpoint="results/{run}/checkpoint.json",
         manifest="results/{run}/manifest.json",
     params:
+        python=PYTHON,
         workflow=workflow.basedir,
     log:
         "logs/{run}/promote.log",
@@ -20,5 +21,5 @@ rule promote:
     conda:
         "../../envs/aire.yaml"
     shell:
-        "python -m airetrain promote --plan {input.plan:q} --train {input.train:q} --out {output.checkpoint:q} "
+        "{params.python:q} -m airetrain promote --plan {input.plan:q} --train {input.train:q} --out {output.checkpoint:q} "
         "--manifest {output.manifest:q} --workflow-dir {params.workflow:q} > {log:q} 2>&1"

@@ -13,6 +13,7 @@ rule report:
         ),
         loss=report("results/report/loss.png", caption="../report/loss.rst", category="Training"),
     params:
+        python=PYTHON,
         runs=RUNS,
         out=subpath(output.csv, parent=True),
     log:
@@ -21,4 +22,4 @@ rule report:
     conda:
         "../../envs/aire.yaml"
     shell:
-        "python -m airetrain report --results results --out {params.out:q} {params.runs:q} > {log:q} 2>&1"
+        "{params.python:q} -m airetrain report --results results --out {params.out:q} {params.runs:q} > {log:q} 2>&1"

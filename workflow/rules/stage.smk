@@ -3,6 +3,8 @@ if DIGITS_DATASETS:
     rule prepare_digits:
         output:
             directory("{dataset}"),
+        params:
+            python=PYTHON,
         log:
             "logs/prepare{dataset}.log",
         localrule: True
@@ -11,7 +13,7 @@ if DIGITS_DATASETS:
         conda:
             "../../envs/aire.yaml"
         shell:
-            "python -m airetrain prepare {output:q} > {log:q} 2>&1"
+            "{params.python:q} -m airetrain prepare {output:q} > {log:q} 2>&1"
 
 
 rule stage:
@@ -20,6 +22,8 @@ rule stage:
         data=lambda w: PLANS[w.run]["dataset"] or [],
     output:
         "results/{run}/stage.json",
+    params:
+        python=PYTHON,
     log:
         "logs/{run}/stage.log",
     benchmark:
@@ -33,4 +37,4 @@ rule stage:
     conda:
         "../../envs/aire.yaml"
     shell:
-        "python -m airetrain stage --plan {input.plan:q} --out {output:q} > {log:q} 2>&1"
+        "{params.python:q} -m airetrain stage --plan {input.plan:q} --out {output:q} > {log:q} 2>&1"

@@ -27,10 +27,11 @@ rule train:
         slurm_extra=lambda w: slurm(w, "extra"),
         mpi=lambda w: slurm(w, "mpi"),
     params:
+        python=PYTHON,
         out=subpath(output.train, parent=True),
         script=TRAIN_SCRIPT,
     conda:
         "../../envs/aire.yaml"
     shell:
-        "python -m airetrain launch --plan {input.plan:q} --stage {input.stage:q} "
+        "{params.python:q} -m airetrain launch --plan {input.plan:q} --stage {input.stage:q} "
         "--out {params.out:q} --script {params.script:q} >> {log:q} 2>&1"
