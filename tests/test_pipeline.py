@@ -105,3 +105,28 @@ def test_lint_is_clean():
     proc = run([SNAKEMAKE, "--lint", "-s", str(REPO / "Snakefile"), "--configfile",
                 str(REPO / "config/config.yaml")], cwd=REPO, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+CRASHING_MODEL = """
+import os
+import signal
+
+print("building the user's model", flush=True)
+os.kill(os.getpid(), signal.SIGSEGV)   # as a broken C extension would, where no except can catch it
+"""
+
+
+def test_a_model_that_crashes_while_planning_is_a_failed_plan_job_with_a_log(tmp_path):
+    """strategy: auto builds the run's model for the memory estimate. That happens in the plan step's own
+    process: a crash there fails that job, with its log, and Snakemake itself reports it."""
+    (tmp_path / "code" / "crashlab").mkdir(parents=True)
+    (tmp_path / "code" / "crashlab" / "__init__.py").write_text("")
+    (tmp_path / "code" / "crashlab" / "model.py").write_text(CRASHING_MODEL + "\ndef model(meta, cfg): ...\n")
+    cfg = write_config(tmp_path / "config.yaml", {"roots": {"scratch": str(tmp_path / "scratch")}, "runs": {
+        "r": {"gpus": 1, "model": {"name": "crashlab.model:model"}, "data": {"name": "synthetic"}}}})
+    proc = snakemake(tmp_path, cfg, "--cores", "1", "results/r/plan.json", check=False,
+                     env={"PYTHONPATH": str(tmp_path / "code")})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Error in rule plan" in out and "logs/r/plan.log" in out
+    assert "building the user's model" in (tmp_path / "logs/r/plan.log").read_text()
+    assert not (tmp_path / "results/r/plan.json").exists()
