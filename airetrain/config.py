@@ -17,6 +17,7 @@ from .errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+SLURM_NAME = SAFE_NAME   # accounts and QoS, also where they come from the environment ($SBATCH_ACCOUNT)
 
 
 def load_schema() -> dict:
@@ -86,6 +87,8 @@ def _friendly(error: jsonschema.ValidationError, root: dict) -> str:
         names = [v for sub in error.validator_value for v in sub.get("enum", [])]
         return (f"{where} = {error.instance!r} is not allowed; allowed values: "
                 + ", ".join(map(repr, names)) + ", or an import path 'package.module:function'")
+    if error.validator == "pattern" and "x-allowed" in error.schema:  # strings that reach SLURM or a shell
+        return f"{where} = {error.instance!r} is not allowed: {error.schema['x-allowed']}"
     if error.validator == "pattern":  # names that reach shells and paths
         return f"name {error.instance!r} in {where} is not allowed: use only letters, digits, '_', '.' and '-'"
     if error.validator == "minimum":

@@ -211,6 +211,11 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
     if top["roots"]["tmp_shared"]:
         _check_not_home("roots.tmp_shared", Path(top["roots"]["tmp_shared"]), True, env, problems)
 
+    account = run["slurm"]["account"] or env.get("SBATCH_ACCOUNT") or None
+    if not run["slurm"]["account"] and account and not cfg.SLURM_NAME.match(account):
+        problems.append(f"$SBATCH_ACCOUNT = {account!r} is not a SLURM account name (letters, digits, '_', '.' "
+                        f"and '-'); fix the variable, or set runs.{name}.slurm.account")
+
     warnings = _trainer_checks(name, run, device, problems)
 
     if problems:
@@ -245,7 +250,7 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
         "slurm": {
             "partition": run["slurm"]["partition"],
             # sbatch reads $SBATCH_ACCOUNT itself, but the executor would otherwise guess one
-            "account": run["slurm"]["account"] or env.get("SBATCH_ACCOUNT") or None,
+            "account": account,
             "nodes": nodes,
             "tasks": nodes,
             "cpus_per_task": cpus_per_node,
@@ -257,6 +262,8 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
             "mpi": "srun" if nodes > 1 else "",
             # a requeued job appends to its log instead of truncating the first run's
             "extra": "--open-mode=append" + (" --requeue" if run["checkpoint"]["requeue"] else ""),
+            # its own resource: the executor refuses --qos in slurm_extra (and then waits forever)
+            "qos": run["slurm"]["qos"],
         },
         "env": job_env(run, nodes, cpus_per_rank),
         "config": run,

@@ -24,6 +24,7 @@ def script(plan: dict, workdir: str | Path, repo: str | Path) -> str:
         f"--job-name={run}",
         f"--partition={slurm['partition']}",
         *([f"--account={slurm['account']}"] if slurm["account"] else []),
+        *([f"--qos={slurm['qos']}"] if slurm.get("qos") else []),
         f"--nodes={plan['nodes']}",
         "--ntasks-per-node=1",
         f"--cpus-per-task={slurm['cpus_per_task']}",

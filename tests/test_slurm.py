@@ -24,7 +24,7 @@ def unique(path) -> str:
 
 def sacct_jobs(env, since: str) -> dict[str, dict]:
     """{job id: sacct fields} of the allocations (no steps) started since `since`."""
-    fields = ["JobID", "State", "NNodes", "AllocCPUS", "AllocTRES", "ReqMem", "NodeList"]
+    fields = ["JobID", "State", "NNodes", "AllocCPUS", "AllocTRES", "ReqMem", "NodeList", "QOS", "JobName"]
     out = run(["sacct", "-X", "-n", "-P", "-S", since, "-o", ",".join(fields)], env=env).stdout
     return {row[0]: dict(zip(fields, row)) for row in (line.split("|") for line in out.splitlines()) if row[0]}
 
@@ -205,7 +205,7 @@ def site_default_runs(slurm_cluster, tmp_path_factory):
     cfg = write_config(work / "config.yaml", {
         "defaults": {"train": {"epochs": 2}},
         "runs": {
-            "g3": {**STAND_IN, "gpus": 3, "batch": {"global": 96, "per_device": 32}},
+            "g3": {**STAND_IN, "gpus": 3, "batch": {"global": 96, "per_device": 32}, "slurm": {"qos": "lab_high"}},
             "g6": {**STAND_IN, "gpus": 6, "batch": {"global": 96, "per_device": 16}},
         },
     })
@@ -221,6 +221,8 @@ def test_without_scratch_a_one_and_a_two_node_run_succeed(site_default_runs):
     assert {job["State"] for job in jobs.values()} == {"COMPLETED"} and len(jobs) == 2
     for run_name, nodes in (("g3", 1), ("g6", 2)):
         assert read_json(work / f"results/{run_name}/train.json")["nodes"] == nodes
+    g3_job = read_json(work / "results/g3/train.json")["slurm_job_id"]
+    assert jobs[g3_job]["QOS"] == "lab_high"   # slurm.qos reached the job's request (the default is normal)
 
 
 def test_without_scratch_the_durable_root_is_the_working_directory_on_both_sides(site_default_runs):

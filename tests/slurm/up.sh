@@ -185,6 +185,10 @@ wait_until 60 slurmdbd sacctmgr -n show cluster
 sacctmgr -n -P show cluster format=cluster | grep -qx airetrain || sacctmgr -i add cluster airetrain >/dev/null
 sacctmgr -n -P show account format=account | grep -qx lab || sacctmgr -i add account lab Description=tests Organization=tests >/dev/null
 sacctmgr -n -P show assoc where account=lab user=root format=user | grep -qx root || sacctmgr -i add user root Account=lab >/dev/null
+# a second QoS besides "normal", so that a test can see slurm.qos reach a job
+sacctmgr -n -P show qos format=name | grep -qx lab_high || sacctmgr -i add qos lab_high >/dev/null
+sacctmgr -n -P show assoc where account=lab user=root format=qos | grep -q lab_high \
+  || sacctmgr -i modify user root set qos+=lab_high >/dev/null
 
 if ! running "$S/run/slurmctld.pid" slurmctld; then say "slurmctld"; /usr/sbin/slurmctld -f "$SLURM_CONF"; fi
 wait_until 60 slurmctld bash -c 'scontrol ping | grep -q UP'

@@ -25,6 +25,7 @@ rule train:
         slurm_partition=partition,
         slurm_account=account,
         slurm_extra=lambda w: slurm(w, "extra"),
+        qos=lambda w: slurm(w, "qos"),  # None: not asked for, the account's default
         mpi=lambda w: slurm(w, "mpi"),
     params:
         python=PYTHON,
