@@ -1,18 +1,20 @@
 # Two commands on a fresh machine:  make demo  |  make test
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# The CPU build of torch; the CUDA build for Aire is in envs/aire.yaml.
-TORCH  ?= torch==2.13.0
-PIN    := snakemake==9.27.1 snakemake-executor-plugin-slurm==2.8.0 snakemake-executor-plugin-slurm-jobstep==0.6.1
+# Every version comes from envs/requirements.txt (shared with envs/aire.yaml). PIP_EXTRA adds pip
+# options, e.g. an index with the CPU build of torch on a laptop that would otherwise get a CUDA one.
+PINS   := envs/requirements.txt
+PIP_EXTRA ?=
 CORES  ?= 2
 
-.PHONY: demo test install lint clean slurm-up slurm-down bench
+.PHONY: demo test install lint lock clean slurm-up slurm-down bench
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(PINS)
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[test]' $(PIN)
+	$(PY) -m pip install -q $(PIP_EXTRA) -r $(PINS)
+	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m pip check
 	touch $@
 
 install: $(VENV)/.installed
@@ -29,6 +31,11 @@ test: install
 
 lint: install
 	$(VENV)/bin/snakemake --lint
+
+# After a deliberate upgrade in the venv (and a passing `make test`): write its versions as the pins.
+lock: install
+	{ sed -n '/^#/p' $(PINS); $(PY) -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > $(PINS).new
+	mv $(PINS).new $(PINS)
 
 slurm-up:
 	bash tests/slurm/up.sh

@@ -3,10 +3,76 @@ from __future__ import annotations
 
 import os
 import platform
+import re
+import subprocess
+from pathlib import Path
+
+# The pins the test suite ran (shared by the Makefile, CI and envs/aire.yaml), in a checkout.
+PINS = Path(__file__).resolve().parents[1] / "envs" / "requirements.txt"
 
 AIRE_VARIABLES = ("SCRATCH", "TMP_SHARED", "TMPDIR", "HOME")
 TORCH_VARIABLES = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF",
                    "NCCL_SOCKET_IFNAME", "NCCL_DEBUG", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "SLURM_JOB_ID")
+
+
+def pinned_version(package: str, pins: Path = PINS) -> str | None:
+    """The version envs/requirements.txt pins package to, or None (no checkout, or not pinned)."""
+    try:
+        text = pins.read_text()
+    except OSError:
+        return None
+    match = re.search(rf"(?mi)^{re.escape(package)}==([^\s;#]+)", text)
+    return match.group(1) if match else None
+
+
+def torch_pin_line(running: str, pinned: str | None) -> str:
+    public = running.split("+", 1)[0]   # 2.13.0+cpu and 2.13.0+cu128 are both 2.13.0
+    if pinned is None:
+        return "torch pin: envs/requirements.txt not found (not a checkout): cannot compare"
+    if public == pinned:
+        return f"torch {running} is the pinned version ({pinned}): the one the test suite ran"
+    return (f"WARNING: torch {running} is not the pinned {pinned} (envs/requirements.txt): this environment "
+            "runs a torch the test suite did not; recreate it from envs/aire.yaml or `make install`")
+
+
+def driver_versions() -> tuple[str | None, str | None]:
+    """(NVIDIA driver version, the newest CUDA it supports), or None where no driver answers."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()   # e.g. 12040
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        return driver, f"{cuda // 1000}.{cuda % 1000 // 10}"
+    except Exception:   # no nvidia-ml-py, or no driver
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    driver = re.search(r"Driver Version:\s*([\d.]+)", out)
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", out)
+    return (driver.group(1) if driver else None), (cuda.group(1) if cuda else None)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
+
+
+def cuda_lines(build_cuda: str | None, driver: str | None, driver_cuda: str | None) -> list[str]:
+    """What this torch build needs of the driver, and whether the driver here gives it."""
+    if build_cuda is None:
+        return ["CUDA: this torch is a CPU build (no CUDA); on Aire use the CUDA build of envs/aire.yaml"]
+    lines = [f"CUDA: this torch is built for CUDA {build_cuda}"]
+    if driver is None:
+        return lines + ["NVIDIA driver: none found (no nvidia-ml-py answer, no nvidia-smi): no GPU here"]
+    lines.append(f"NVIDIA driver: {driver}, supports CUDA up to {driver_cuda or 'unknown'}")
+    if driver_cuda and _version(driver_cuda) < _version(build_cuda):
+        lines.append(f"WARNING: the driver supports CUDA {driver_cuda}, older than this build's {build_cuda}: "
+                     "it runs only through CUDA minor-version compatibility (same major version, kernels for "
+                     "this GPU in the build); a newer driver is the safe fix")
+    return lines
 
 
 def report() -> list[str]:
@@ -14,7 +80,9 @@ def report() -> list[str]:
 
     from .metrics import PEAK_BF16_TFLOPS
 
-    lines = [f"python {platform.python_version()}  torch {torch.__version__}  CUDA {torch.version.cuda}"]
+    lines = [f"python {platform.python_version()}  torch {torch.__version__}  CUDA {torch.version.cuda}",
+             torch_pin_line(torch.__version__, pinned_version("torch"))]
+    lines += cuda_lines(torch.version.cuda, *driver_versions())
     if torch.cuda.is_available():
         lines.append(f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}")
         lines.append(f"arch list: {' '.join(torch.cuda.get_arch_list())}")
