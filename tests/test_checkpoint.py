@@ -208,20 +208,27 @@ def test_gpu_resume_after_kill_is_bit_exact(tmp_path, strategy):
 
 
 def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, reference):
-    """20 SIGKILLs of the launcher, torchrun and the workers at random moments of training and saving."""
+    """20 SIGKILLs of the launcher, torchrun and the workers at random moments of training and saving.
+
+    Each life is killed once it has trained (a new durable checkpoint), at a random moment up to 0.5 s
+    later, and at the latest once the fast root shows it has trained its share of the steps: the share
+    keeps the 20 lives well inside the run on any machine, however fast (the random delay alone let a
+    fast machine finish the run first)."""
     out, cmd = prepare_training(tmp_path, LONG)
     fast = tmp_path / "fast" / "airetrain" / "t" / "checkpoints"
     rng = random.Random(1)
     progress = []
     for kill in range(20):
         before = newest_step(durable_dir(tmp_path))
+        share = before + max(3, (STEPS * 6 // 10 - before) // (20 - kill))
         proc = start(cmd, tmp_path / "launch.log")
-        # once this life has trained (a new checkpoint), kill it at a random moment
         wait_for(lambda: newest_step(durable_dir(tmp_path)) > before or proc.poll() is not None,
                  what="progress")
-        time.sleep(rng.uniform(0, 0.5))
+        moment = time.monotonic() + rng.uniform(0, 0.5)
+        while time.monotonic() < moment and newest_step(fast) < share and proc.poll() is None:
+            time.sleep(0.005)
         kill_all(proc)
-        assert not (out / "train.json").exists(), "the run finished before it was killed: make LONG longer"
+        assert not (out / "train.json").exists(), "the run finished before it was killed"
         assert every_listed_checkpoint_verifies(fast, durable_dir(tmp_path)) > 0
         # only the newest checkpoint may be missing from scratch (its copy was in flight)
         fast_steps = [e["step"] for e in checkpoint.entries(fast)]
@@ -231,6 +238,7 @@ def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, re
         assert found and found[2]["step"] == max(newest_step(fast), newest_step(durable_dir(tmp_path)))
         progress.append(found[2]["step"])
     assert progress == sorted(progress) and progress[-1] < STEPS
+    print(f"20 kills, resumed from steps {progress}")
     run(cmd)
     summary = read_json(out / "train.json")
     assert summary["steps"] == STEPS and summary["resumed_from_step"] == progress[-1]
@@ -275,19 +283,42 @@ def test_truncated_and_bit_flipped_checkpoints_are_skipped(tmp_path):
     assert read_json(out / "train.json")["resumed_from_step"] == 15
 
 
+def signal_all(proc: subprocess.Popen, signum: int) -> None:
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
 def test_deadline_stops_every_rank_at_the_same_step_with_a_durable_checkpoint(tmp_path, reference):
+    """No SLURM here: the job's end comes from $AIRETRAIN_END_TIME, with a 3 s margin. Once the run has
+    logged a step, every process is held (SIGSTOP) until the stop is due, so that no machine can finish
+    the run first; a slower machine may reach the deadline before that, and then stops by itself."""
     cfg = {**LONG, "checkpoint": {**LONG["checkpoint"], "stop_margin_min": 0.05}}
     out, cmd = prepare_training(tmp_path, cfg)
-    # no SLURM here: the job's end comes from $AIRETRAIN_END_TIME; 3 s margin
-    proc = run(cmd, env={"AIRETRAIN_END_TIME": str(time.time() + 11)}, check=False)
-    assert proc.returncode == 75, proc.stdout + proc.stderr
+    end = time.time() + 11
+    due = end - 3
+    log = tmp_path / "launch.log"
+    proc = start(cmd, log, env={"AIRETRAIN_END_TIME": str(end)})
+    metrics = out / "metrics.jsonl"
+    wait_for(lambda: (metrics.exists() and metrics.stat().st_size > 0) or time.time() > due
+             or proc.poll() is not None, what="a logged step, or the deadline")
+    held = time.time() < due and proc.poll() is None
+    if held:
+        signal_all(proc, signal.SIGSTOP)
+        wait_for(lambda: time.time() > due + 0.5, what="the stop to be due")
+        signal_all(proc, signal.SIGCONT)
+    assert proc.wait(timeout=300) == 75, log.read_text()
     stopped = read_json(out / "STOPPED")
     assert stopped["reason"] == "deadline" and 0 < stopped["step"] < STEPS
-    lines = [line for line in proc.stdout.splitlines() if "stopping (deadline) after step" in line]
+    text = log.read_text()
+    lines = [line for line in text.splitlines() if "stopping (deadline) after step" in line]
     assert sorted(line.split()[1] for line in lines) == ["0]", "1]"]          # both ranks said so ...
     assert {int(line.rsplit(" ", 1)[1]) for line in lines} == {stopped["step"]}  # ... at the same step
     assert newest_step(durable_dir(tmp_path)) == stopped["step"]
     assert not (out / "train.json").exists()
+    print(f"stopped at step {stopped['step']} of {STEPS}" + (" (held until due)" if held else ""))
     run(cmd)   # no deadline now: it resumes and finishes
     summary = read_json(out / "train.json")
     assert summary["resumed_from_step"] == stopped["step"] and not (out / "STOPPED").exists()

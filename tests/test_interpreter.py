@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from airetrain.interpreter import missing_modules, rule_python
+from airetrain.interpreter import NEEDED, missing_modules, rule_python
 
 from conftest import REPO, run, unactivated_env
 
-SITE_PACKAGES = Path(sys.executable).parents[1] / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+PYTHON_VERSION = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+SITE_PACKAGES = Path(sys.executable).parents[1] / "lib" / PYTHON_VERSION / "site-packages"
 DEBIAN_PYTHON = "/usr/bin/python3"   # Debian's own interpreter: no torch
 needs_debian_python = pytest.mark.skipif(not Path(DEBIAN_PYTHON).exists(), reason=f"needs {DEBIAN_PYTHON}")
 
@@ -26,7 +27,7 @@ def test_with_conda_the_rules_environment_python_is_used():
 @needs_debian_python
 def test_an_interpreter_without_torch_is_recognised_without_importing_anything():
     assert "torch" in missing_modules(DEBIAN_PYTHON)
-    assert missing_modules("/nonexistent/python") == list(__import__("airetrain.interpreter").interpreter.NEEDED)
+    assert missing_modules("/nonexistent/python") == list(NEEDED)
 
 
 @pytest.fixture

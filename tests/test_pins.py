@@ -4,7 +4,6 @@ import re
 import sys
 import tomllib
 from importlib import metadata
-from pathlib import Path
 
 import yaml
 

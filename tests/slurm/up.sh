@@ -114,7 +114,7 @@ cat >"$S/etc/task_prolog.sh" <<PROLOG
 #!/bin/sh
 # Aire's per-job \$TMPDIR, for jobs that ask for it (runs as the job's user, in its environment)
 [ "\$AIRETRAIN_LAB_JOB_TMPDIR" = 1 ] || exit 0
-dir=$S/nodetmp/local/job.\$SLURM_JOB_ID
+dir="$S/nodetmp/local/job.\$SLURM_JOB_ID"
 mkdir -p "\$dir" && echo "export TMPDIR=\$dir"
 PROLOG
 cat >"$S/etc/epilog.sh" <<EPILOG
