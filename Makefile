@@ -31,6 +31,7 @@ test: install
 
 lint: install
 	$(VENV)/bin/snakemake --lint
+	$(VENV)/bin/ruff check airetrain tests benchmarks scripts
 
 # After a deliberate upgrade in the venv (and a passing `make test`): write its versions as the pins.
 lock: install

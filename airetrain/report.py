@@ -21,7 +21,8 @@ from .fsutil import read_json
 STEPS = ("stage", "train", "promote")
 COLUMNS = {
     "run": "run name (for --jobs/--since: the job's name)",
-    "state": "done: trained and promoted; trained: not promoted; stopped: stopped early, will resume; missing: no train.json",
+    "state": ("done: trained and promoted; trained: not promoted; stopped: stopped early, will resume; "
+              "missing: no train.json"),
     "job_id": "SLURM job id (empty outside SLURM)",
     "job_state": "SLURM's final state (COMPLETED, TIMEOUT, OUT_OF_MEMORY, CANCELLED, FAILED, RUNNING, MISSING)",
     "status": "what to know about the figures (running: so far; requeued N x; not in accounting)",

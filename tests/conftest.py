@@ -77,8 +77,8 @@ def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t") -> tuple[Pa
     if plan["dataset"]:
         staged = stage(plan["dataset"], tmp_path / "fast" / "airetrain" / name / "data")
     write_json_atomic(out / "stage.json", {**staged, "fast_root": str(tmp_path / "fast")})
-    cmd = [sys.executable, "-m", "airetrain", "launch", "--plan", str(out / "plan.json"), "--stage", str(out / "stage.json"),
-           "--out", str(out), "--script", str(REPO / "scripts/train.py")]
+    cmd = [sys.executable, "-m", "airetrain", "launch", "--plan", str(out / "plan.json"),
+           "--stage", str(out / "stage.json"), "--out", str(out), "--script", str(REPO / "scripts/train.py")]
     return out, cmd
 
 
@@ -120,7 +120,8 @@ def slurm_cluster():
         if os.geteuid() != 0:
             problem = "the SLURM test cluster needs root (tests/slurm/up.sh)"
         else:
-            proc = subprocess.run(["bash", str(SLURM_DIR / "up.sh")], env={**os.environ, "AIRETRAIN_SLURM_STATE": str(state)},
+            proc = subprocess.run(["bash", str(SLURM_DIR / "up.sh")],
+                                  env={**os.environ, "AIRETRAIN_SLURM_STATE": str(state)},
                                   capture_output=True, text=True, timeout=600)
             if proc.returncode != 0 or not _cluster_answers(env):
                 problem = f"tests/slurm/up.sh failed:\n{proc.stdout}\n{proc.stderr}"

@@ -187,7 +187,8 @@ def test_a_user_datasets_random_augmentations_replay_exactly_after_a_kill(tmp_pa
     (tmp_path / "code" / "auglab").mkdir(parents=True)
     (tmp_path / "code" / "auglab" / "__init__.py").write_text("")
     (tmp_path / "code" / "auglab" / "noisy.py").write_text(AUGMENTED)
-    cfg = {"processes": 2, "model": {"name": "auglab.noisy:model"}, "data": {"name": "auglab.noisy:dataset", "workers": 2},
+    cfg = {"processes": 2, "model": {"name": "auglab.noisy:model"},
+           "data": {"name": "auglab.noisy:dataset", "workers": 2},
            "batch": {"global": 64, "per_device": 16}, "train": {"epochs": 8, "log_every_steps": 10},
            "checkpoint": {"every_steps": 3, "keep": 3}}
     killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps=8 * 8, env={"PYTHONPATH": str(tmp_path / "code")},

@@ -138,7 +138,8 @@ def test_dry_run_with_the_aire_profile_submits_nothing_and_shows_the_plan(slurm_
 
 
 def test_impossible_request_is_refused_before_any_sbatch(slurm_cluster, tmp_path):
-    cfg = write_config(tmp_path / "bad.yaml", {"roots": {"scratch": str(tmp_path / "s")}, "runs": {"four": {"gpus": 4}}})
+    cfg = write_config(tmp_path / "bad.yaml", {"roots": {"scratch": str(tmp_path / "s")},
+                                               "runs": {"four": {"gpus": 4}}})
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
     proc = slurm_snakemake(tmp_path, cfg, slurm_cluster, check=False)
     assert proc.returncode != 0

@@ -74,7 +74,7 @@ def test_fsdp_ends_with_identical_full_parameters_on_every_rank(fsdp_vs_ddp):
 def test_ddp_and_fsdp_follow_the_same_loss_curve(fsdp_vs_ddp):
     curves = {}
     for strategy, (_, out) in fsdp_vs_ddp.items():
-        curves[strategy] = [json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines()]
+        curves[strategy] = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(curves["ddp"]) == len(curves["fsdp"]) > 5
     for a, b in zip(curves["ddp"], curves["fsdp"]):
         assert b == pytest.approx(a, rel=1e-3, abs=1e-4)
