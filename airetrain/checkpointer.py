@@ -6,7 +6,8 @@
     ckpt.finish()                             # waits for the last write and its promotion
 
 DDP: rank 0 writes one file. FSDP: torch.distributed.checkpoint writes each rank's shards
-(async_save on a gloo group of its own: on the default group it hangs, TORCH_NOTES.md).
+(async_save on a gloo group of its own: on the default group it hangs while training goes on,
+3 times of 3 with torch 2.13 on gloo).
 Training stalls only while the state is copied to CPU memory; the write, the fsyncs, the
 manifest and the copy to scratch run in a background thread, one save at a time, so the newest
 checkpoint is on scratch before the next one starts.

@@ -1,7 +1,8 @@
 """Distributed set-up in one place: which device, which backend, who is rank 0.
 
 One code path for CPU and GPU: the device and the backend are parameters, so the GPU
-branches are a few lines (TORCH_NOTES.md: a CPU build silently ignores CUDA-only calls).
+branches are a few lines: a CPU build of torch silently ignores CUDA-only calls (autocast("cuda"),
+GradScaler("cuda"), pin_memory), so a GPU branch run on CPU would test nothing.
 """
 from __future__ import annotations
 

@@ -273,12 +273,12 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
 
 
 def job_env(run: dict, nodes: int, cpus_per_rank: int) -> dict:
-    """Environment every rank gets (AIRE.md, "Launch patterns")."""
+    """Environment every rank gets: what Aire's guidance asks of multi-GPU jobs (README, "On Aire")."""
     env = {
         "OMP_NUM_THREADS": str(cpus_per_rank),
         "MKL_NUM_THREADS": str(cpus_per_rank),
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-        # torchrun restarts reconnect to a dead worker's store without it (TORCH_NOTES.md)
+        # without it torchrun's restarted workers reconnect to the dead worker's store (README, "Dead workers")
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
     }
     if run["train"]["deterministic"]:   # cuBLAS reads it when CUDA starts: it must be in the environment

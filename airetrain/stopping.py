@@ -1,7 +1,7 @@
 """When to stop early: the job's deadline, or SIGTERM (scancel, preemption, the time limit itself).
 
 Every rank calls `Stopper.check()` after each optimizer step; one all_reduce(MAX) of a small flag
-makes every rank agree, so all stop after the same step (DESIGN.md, "Time limits, preemption and
+makes every rank agree, so all stop after the same step (README, "Checkpoints, time limits,
 requeue"). Rank 0 learns the remaining time from `squeue -h -j $SLURM_JOB_ID -o %L` (so an
 extended time limit counts), refreshed in a background thread; outside SLURM, from
 $AIRETRAIN_END_TIME (Unix seconds) where a user or a test sets one.
