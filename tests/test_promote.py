@@ -10,7 +10,7 @@ import torch
 
 from airetrain import checkpoint
 from airetrain.checkpoint import CheckpointError
-from airetrain.fsutil import sha256_file
+from airetrain.fsutil import CHUNK, sha256_file
 from airetrain.promote import promote
 
 
@@ -59,38 +59,29 @@ copy_atomic(sys.argv[1], sys.argv[2])
 
 
 def test_kill_mid_copy_leaves_the_previous_checkpoint_intact(tmp_path):
-    """SIGKILL the copy while its temporary file is half written: the destination keeps the old bytes."""
+    """SIGKILL the copy while its temporary file is half written: the destination keeps the old bytes.
+
+    The source is a pipe that this test fills with two of the copy's blocks and then holds open: the
+    copy has written those and waits for more when it is killed, on any disk however fast."""
     src = tmp_path / "new.pt"
-    block = os.urandom(1 << 20)
-    with open(src, "wb") as f:
-        for _ in range(384):  # 384 MB: the copy takes long enough to be caught mid-way
-            f.write(block)
+    os.mkfifo(src)
     dst = tmp_path / "durable" / "ckpt.pt"
     dst.parent.mkdir()
     dst.write_bytes(b"previous checkpoint")
-    killed_mid_copy = 0
-    for attempt in range(5):
-        proc = subprocess.Popen([sys.executable, "-c", KILLER, str(src), str(dst)])
-        deadline = time.monotonic() + 30
-        tmp = None
-        while time.monotonic() < deadline and proc.poll() is None:
+    proc = subprocess.Popen([sys.executable, "-c", KILLER, str(src), str(dst)])
+    written = 2 * CHUNK
+    with open(src, "wb") as pipe:
+        pipe.write(os.urandom(written))
+        pipe.flush()
+        deadline = time.monotonic() + 60
+        while True:   # until the copy has written both blocks to its temporary file
             tmps = [p for p in dst.parent.iterdir() if p.name.startswith(".ckpt.pt.tmp")]
-            if tmps and tmps[0].stat().st_size > 0:
-                tmp = tmps[0]
+            if tmps and tmps[0].stat().st_size == written:
                 break
-            time.sleep(0.001)
-        if proc.poll() is None and tmp is not None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-            size = tmp.stat().st_size
-            if size < src.stat().st_size:
-                killed_mid_copy += 1
-            assert dst.read_bytes() == b"previous checkpoint"
-            tmp.unlink()
-        else:
-            proc.wait()
-            assert sha256_file(dst) == sha256_file(src)  # finished first: then it is complete
-            dst.write_bytes(b"previous checkpoint")
-        if killed_mid_copy:
-            break
-    assert killed_mid_copy, "never caught the copy mid-way"
+            assert proc.poll() is None and time.monotonic() < deadline, "the copy did not get the two blocks"
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL                  # killed mid-copy, not finished
+    assert tmps[0].stat().st_size == written                  # half a new checkpoint was on disk ...
+    assert dst.read_bytes() == b"previous checkpoint"          # ... and the durable one is untouched

@@ -175,7 +175,7 @@ def test_report_files_csv_markdown_and_html_with_its_plots(tmp_path):
     assert paths["csv"].read_text().splitlines()[0].startswith("run,state,job_id,job_state")
 
 
-def test_five_hundred_jobs_are_summarised_fast():
+def test_five_hundred_synthetic_jobs_fold_into_one_row_each():
     text = sacct.synthetic(500)
     t0 = time.perf_counter()
     df = jobs_table(text=text)

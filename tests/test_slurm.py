@@ -132,7 +132,7 @@ def test_dry_run_with_the_aire_profile_submits_nothing_and_shows_the_plan(slurm_
                cwd=REPO, env=slurm_cluster)   # --profile aire resolves from the repository root
     out = proc.stdout + proc.stderr
     assert "airetrain plan:" in out and "digits-ddp" in out and "64 = 32 x 2 x 1" in out
-    assert "group job run_digits-ddp" in out.lower() or "run_digits-ddp" in out
+    assert "group job run_digits-ddp" in out.lower()   # stage, train and promote as one job
     assert sacct_jobs(slurm_cluster, since) == {}
     assert not (tmp_path / "results").exists()
 

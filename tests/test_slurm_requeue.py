@@ -88,7 +88,7 @@ def test_a_job_at_its_time_limit_stops_requeues_itself_and_finishes_exactly(inte
 
 def test_after_scancel_a_new_invocation_resumes_only_the_cancelled_run(interrupted):
     work, _, victim_job, first_log, second = interrupted
-    assert victim_job in first_log or "victim" in first_log
+    assert f"SLURM jobid {victim_job}" in first_log and "Error in group run_victim" in first_log
     out = second.stdout + second.stderr
     assert "results/victim/train.json" in out
     assert "results/ref/train.json" not in out and "results/stop/train.json" not in out   # not rerun
