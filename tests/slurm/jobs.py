@@ -50,6 +50,13 @@ def state(job_id: str, env=None) -> str:
     return out.strip().splitlines()[0] if out.strip() else ""
 
 
+def batch_step_accounted(job_id: str, env=None) -> bool:
+    """slurmdbd lists the job's batch step as running: its first run is in accounting."""
+    out = subprocess.run(["sacct", "-n", "-P", "-j", job_id, "-o", "JobID,State"], capture_output=True, text=True,
+                         env=env).stdout
+    return f"{job_id}.batch|RUNNING" in out.splitlines()
+
+
 def wait(condition, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -63,7 +70,7 @@ def run_all(env=None) -> dict[str, str]:
     ids = {name: sbatch(name, args, env) for name, args in JOBS.items()}
     wait(lambda: state(ids["requeued"], env) == "RUNNING" and state(ids["cancelled"], env) == "RUNNING",
          120, "the jobs to start")
-    time.sleep(2)   # at least one accounting sample of the first run
+    wait(lambda: batch_step_accounted(ids["requeued"], env), 60, "the first run of the requeued job in accounting")
     subprocess.run(["scontrol", "requeue", ids["requeued"]], check=True, env=env)
     subprocess.run(["scancel", ids["cancelled"]], check=True, env=env)
     active = ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING", "REQUEUE_HOLD", "REQUEUE_FED")
