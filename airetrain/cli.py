@@ -122,7 +122,8 @@ def _promote(args) -> None:
 
 
 def _report(args) -> None:
-    from .report import jobs_table, table, to_markdown, write
+    from .report.render import to_markdown, write
+    from .report.table import jobs_table, table
 
     if args.jobs or args.since:
         if args.runs:

@@ -10,11 +10,9 @@ import json
 import shlex
 from pathlib import Path
 
+from .units import format_duration
+
 PLAN_END = "AIRETRAIN_PLAN_END"
-
-
-def _hhmm(minutes: int) -> str:
-    return f"{minutes // 60}:{minutes % 60:02d}:00"
 
 
 def script(plan: dict, workdir: str | Path, repo: str | Path) -> str:
@@ -30,7 +28,7 @@ def script(plan: dict, workdir: str | Path, repo: str | Path) -> str:
         f"--cpus-per-task={slurm['cpus_per_task']}",
         f"--mem={slurm['mem_mb']}",
         *([f"--gres={slurm['gres']}"] if slurm["gres"] else []),
-        f"--time={_hhmm(plan['time_min']['total'])}",
+        f"--time={format_duration(plan['time_min']['total'] * 60)}",
         *slurm["extra"].split(),
         f"--output={workdir}/airetrain-{run}-%j.out",
     ]

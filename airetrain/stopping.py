@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -19,19 +18,12 @@ import time
 import torch
 import torch.distributed as dist
 
+from .units import duration_s
+
 log = logging.getLogger("airetrain.stopping")
 
 NONE, DEADLINE, SIGNAL = 0, 1, 2
 REASONS = {DEADLINE: "deadline", SIGNAL: "signal"}
-
-
-def parse_remaining(text: str) -> float | None:
-    """squeue's %L ("[D-]HH:MM:SS", "MM:SS", "UNLIMITED", "NOT_SET", "INVALID") in seconds."""
-    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text.strip())
-    if not m:
-        return None
-    days, hours, minutes, seconds = (int(g or 0) for g in m.groups())
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def remaining_seconds(job_id: str) -> float | None:
@@ -41,7 +33,7 @@ def remaining_seconds(job_id: str) -> float | None:
     except (OSError, subprocess.SubprocessError) as e:
         log.warning("squeue failed (%s): the deadline is not known this time", e)
         return None
-    return parse_remaining(out.splitlines()[0]) if out.strip() else None
+    return duration_s(out.splitlines()[0]) if out.strip() else None
 
 
 class Stopper:

@@ -19,8 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airetrain import sacct  # noqa: E402
-from airetrain.report import jobs_table  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from airetrain.report import sacct  # noqa: E402
+from airetrain.report.table import jobs_table  # noqa: E402
+from sacct_synthetic import synthetic as synthetic_sacct  # noqa: E402
 
 
 def submit(n: int) -> list[str]:
@@ -70,7 +73,7 @@ def live(n: int) -> None:
 
 
 def synthetic(n: int) -> None:
-    text = sacct.synthetic(n)
+    text = synthetic_sacct(n)
     by_job: dict[str, list[str]] = {}
     for line in text.splitlines():
         by_job.setdefault(line.split("|")[0].split(".")[0], []).append(line)

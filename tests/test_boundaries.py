@@ -9,8 +9,9 @@ PROBE = "import sys, {modules}; print(sorted(m for m in ('torch', 'snakemake') i
 
 
 def test_planning_staging_and_reporting_import_no_torch_and_the_package_no_snakemake():
-    modules = ", ".join(f"airetrain.{m}" for m in ("plan", "stage", "report", "sacct", "advice", "report_html",
-                                                   "roots", "interpreter", "sbatch", "launch", "cli"))
+    modules = ", ".join(f"airetrain.{m}" for m in (
+        "plan", "stage", "report.sacct", "report.table", "report.advice", "report.render", "report.plots",
+        "roots", "units", "interpreter", "sbatch", "launch", "cli"))
     out = subprocess.run([sys.executable, "-c", PROBE.format(modules=modules)], capture_output=True, text=True,
                          check=True, cwd=REPO).stdout
     assert out.strip() == "[]"

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from airetrain import sacct
-from airetrain.advice import advise
-from airetrain.report import jobs_table, to_markdown, write
-from airetrain.sacct import megabytes, parse, parse_seff, seconds, seff_disagreement
+from airetrain.report import sacct
+from airetrain.report.advice import advise
+from airetrain.report.render import to_markdown, write
+from airetrain.report.sacct import parse, parse_seff, seconds, seff_disagreement
+from airetrain.report.table import jobs_table
+from airetrain.units import size_mb as megabytes
+from sacct_synthetic import synthetic
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURED = (FIXTURES / "sacct_jobs.txt").read_text()
@@ -176,7 +179,7 @@ def test_report_files_csv_markdown_and_html_with_its_plots(tmp_path):
 
 
 def test_five_hundred_synthetic_jobs_fold_into_one_row_each():
-    text = sacct.synthetic(500)
+    text = synthetic(500)
     t0 = time.perf_counter()
     df = jobs_table(text=text)
     elapsed = time.perf_counter() - t0

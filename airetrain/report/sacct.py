@@ -19,27 +19,16 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from ..units import SIZE_UNITS_MB, duration_s, size_mb
+
 FIELDS = ["JobID", "JobIDRaw", "JobName", "State", "ExitCode", "Start", "Elapsed", "Timelimit", "TotalCPU",
           "AllocCPUS", "ReqMem", "NNodes", "NTasks", "MaxRSS", "AllocTRES", "TRESUsageInTot", "TRESUsageInMax"]
-UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2, "P": 1024.0 ** 3}
 UNLIMITED = ("UNLIMITED", "Partition_Limit", "INVALID", "")
 
 
 def seconds(text: str) -> float:
-    """sacct durations: [D-]HH:MM:SS, MM:SS.mmm, HH:MM:SS.mmm; '' and UNLIMITED -> 0."""
-    if not text or text in UNLIMITED:
-        return 0.0
-    days, _, rest = text.rpartition("-")
-    parts = [float(p) for p in rest.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0.0)
-    return (int(days) if days else 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
-
-
-def megabytes(text: str) -> float:
-    """'411280K', '1.5G', '4000M', '4000Mn', '0' -> MB (MiB, as SLURM counts; no unit = MB)."""
-    m = re.fullmatch(r"([\d.]+)([KMGTP]?)[nc]?", text or "")
-    return float(m.group(1)) * UNITS.get(m.group(2) or "M", 1.0) if m else 0.0
+    """A sacct duration in seconds; no duration ('', UNLIMITED) counts as 0."""
+    return duration_s(text) or 0.0
 
 
 def tres(text: str) -> dict[str, str]:
@@ -54,7 +43,7 @@ def tres_number(value: str | None) -> float | None:
     m = re.fullmatch(r"([\d.]+)([KMGTP]?)", value)
     if not m:
         return None
-    return float(m.group(1)) * (UNITS[m.group(2)] if m.group(2) else 1.0)
+    return float(m.group(1)) * (SIZE_UNITS_MB[m.group(2)] if m.group(2) else 1.0)
 
 
 @dataclass
@@ -145,10 +134,10 @@ def _allocation(job: Job, row: dict) -> None:
     job.cpus = int(row["AllocCPUS"] or 0)
     job.nodes = int(row["NNodes"] or 0) or 1
     job.gpus = int(float(alloc.get("gres/gpu", 0) or 0))
-    job.mem_alloc_mb = megabytes(alloc.get("mem", ""))
+    job.mem_alloc_mb = size_mb(alloc.get("mem", ""))
     if not job.mem_alloc_mb and row["ReqMem"]:   # no AllocTRES (old records): from the request
         per = job.cpus if row["ReqMem"].endswith("c") else job.nodes
-        job.mem_alloc_mb = megabytes(row["ReqMem"]) * per
+        job.mem_alloc_mb = size_mb(row["ReqMem"]) * per
     # a new run starts its step figures afresh
     job.total_cpu_s, job.mem_used_mb, job.max_task_rss_mb, job.step_ids = 0.0, 0.0, 0.0, []
     job.running_steps = 0
@@ -161,9 +150,9 @@ def _step(job: Job, row: dict) -> None:
     job.running_steps += row["State"] == "RUNNING"
     job.total_cpu_s += seconds(row["TotalCPU"])
     total, peak = tres(row["TRESUsageInTot"]), tres(row["TRESUsageInMax"])
-    task_peak = megabytes(peak.get("mem", "")) or megabytes(row["MaxRSS"])
+    task_peak = size_mb(peak.get("mem", "")) or size_mb(row["MaxRSS"])
     # seff: TRESUsageInTot's mem is the sum of every task's peak; older records: MaxRSS x tasks
-    step_mem = megabytes(total.get("mem", "")) or task_peak * int(row["NTasks"] or 1)
+    step_mem = size_mb(total.get("mem", "")) or task_peak * int(row["NTasks"] or 1)
     job.mem_used_mb = max(job.mem_used_mb, step_mem)
     job.max_task_rss_mb = max(job.max_task_rss_mb, task_peak)
     util, gmem = tres_number(peak.get("gres/gpuutil")), tres_number(peak.get("gres/gpumem"))
@@ -253,36 +242,3 @@ def seff_check(jobs: dict[str, Job]) -> dict[str, str]:
         seff = parse_seff(out)
         checks[job_id] = (seff_disagreement(job, seff) or "agrees") if seff else "seff printed no figures"
     return checks
-
-
-def synthetic(n_jobs: int, seed: int = 0) -> str:
-    """sacct text for n_jobs made-up jobs (batch step + one srun step each; every 10th requeued once),
-    with known figures: for benchmarks and tests of the folding at scale."""
-    import random
-
-    rng = random.Random(seed)
-    lines = []
-    for i in range(n_jobs):
-        job = str(100000 + i)
-        cpus, nodes, gpus = rng.choice([(8, 1, 1), (24, 1, 3), (48, 2, 6)])
-        elapsed, cpu = rng.randint(60, 7200), 0.0
-        runs = 2 if i % 10 == 0 else 1
-        for run in range(runs):
-            cpu = elapsed * cpus * rng.uniform(0.1, 0.9)
-            state = "REQUEUED" if run < runs - 1 else "COMPLETED"
-            alloc = f"billing={cpus},cpu={cpus},gres/gpu={gpus},mem={nodes * 64}G,node={nodes}"
-            lines.append("|".join([job, job, f"run{i}", state, "0:0", "2026-11-29T10:00:00", _hms(elapsed),
-                                   "02:00:00", _hms(cpu), str(cpus), f"{nodes * 64}G", str(nodes), "", "", alloc,
-                                   "", ""]))
-            for step, share in (("batch", 0.05), ("0", 0.95)):
-                mem_k = int(rng.uniform(1, 60) * 2 ** 20)
-                lines.append("|".join([f"{job}.{step}", f"{job}.{step}", step, "COMPLETED", "0:0", "",
-                                       _hms(elapsed), "", _hms(cpu * share), str(cpus), "", str(nodes),
-                                       str(nodes), f"{mem_k}K", alloc, f"cpu={_hms(cpu * share)},mem={mem_k * nodes}K",
-                                       f"cpu={_hms(cpu * share)},mem={mem_k}K,gres/gpuutil={rng.randint(10, 99)}"]))
-    return "\n".join(lines) + "\n"
-
-
-def _hms(s: float) -> str:
-    whole = int(s)
-    return f"{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}.{int((s - whole) * 1000):03d}"

@@ -1,9 +1,9 @@
-"""The efficiency table: one row per run (or per SLURM job), what it used of what it asked for, and advice.
+"""The collection: one row per run (or per SLURM job), what it used of what it asked for, and advice.
 
 Sources, per run directory results/<run>/:
     train.json         the trainer's own figures (throughput, MFU, GPU use, data wait, job id)
     plan.json          what was asked for, and the strategy's memory estimate
-    SLURM accounting   ONE `sacct` call for every run's job (airetrain.sacct), where there is sacct
+    SLURM accounting   ONE `sacct` call for every run's job (report.sacct), where there is sacct
     benchmarks/*.tsv   Snakemake `benchmark:` files: wall time, CPU time, peak RSS of each step
                        (the fallback without SLURM accounting: a laptop)
 `airetrain report --jobs/--since` builds the same table for any SLURM jobs (accounting columns only).
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..fsutil import read_json
 from . import sacct
 from .advice import advise
-from .fsutil import read_json
 
 STEPS = ("stage", "train", "promote")
 COLUMNS = {
@@ -140,40 +140,3 @@ def jobs_table(job_ids: list[str] | None = None, since: str | None = None, text:
         raise RuntimeError("sacct is not available here (or it failed): this needs SLURM accounting")
     rows = [{"run": job.name or job.job_id, **job_row(job)} for job in jobs.values()]
     return _finish(rows, sacct.seff_check(jobs) if text is None else {})
-
-
-SHOWN = ["run", "state", "job_id", "job_state", "elapsed_s", "time_eff", "cpu_eff", "mem_eff", "gpu_hours",
-         "gpu_util", "samples_per_s", "data_wait_frac", "eval_accuracy", "source"]
-
-
-def to_markdown(df: pd.DataFrame) -> str:
-    shown_cols = [c for c in SHOWN if c in df.columns and df[c].notna().any()]
-    shown = df[shown_cols].astype(object).where(df[shown_cols].notna(), "")
-    header = "| " + " | ".join(shown_cols) + " |"
-    rule = "| " + " | ".join("---" for _ in shown_cols) + " |"
-    body = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in shown.itertuples(index=False)]
-    advice = [f"- **{r['run']}**: {r['advice']}" for _, r in df.iterrows() if r.get("advice")]
-    parts = [header, rule, *body]
-    if advice:
-        parts += ["", "Advice:", *advice]
-    parts += ["", "Columns (efficiency.csv has them all):", *(f"- `{k}`: {v}" for k, v in COLUMNS.items())]
-    return "\n".join(parts) + "\n"
-
-
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def write(df: pd.DataFrame, out_dir: str | Path, results: str | Path | None = None) -> dict[str, Path]:
-    """efficiency.csv, efficiency.md, efficiency.html and the plots as PNG files."""
-    from .report_html import write_html
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"csv": out_dir / "efficiency.csv", "md": out_dir / "efficiency.md"}
-    df.to_csv(paths["csv"], index=False)
-    paths["md"].write_text(to_markdown(df))
-    paths.update(write_html(df, out_dir, results))
-    return paths

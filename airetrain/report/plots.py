@@ -1,11 +1,6 @@
-"""efficiency.html: the table, the advice and three plots, in one self-contained file (images inline).
-
-The plots are also written as PNG files, for Snakemake's `--report` (rule report registers them).
-"""
+"""The report's three plots (efficiency per run, throughput against GPUs, loss curves), as PNG bytes."""
 from __future__ import annotations
 
-import base64
-import html
 import io
 import json
 from pathlib import Path
@@ -61,36 +56,15 @@ def loss_plot(df: pd.DataFrame, results: Path | None):
     return fig
 
 
-def _png(fig) -> bytes:
+def png(fig) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
     return buffer.getvalue()
 
 
-def write_html(df: pd.DataFrame, out_dir: Path, results: str | Path | None) -> dict[str, Path]:
+def figures(df: pd.DataFrame, results: str | Path | None) -> dict[str, bytes]:
+    """{name: PNG} of the three plots; results/<run>/metrics.jsonl gives the loss curves."""
     results = Path(results) if results else None
-    images = {"efficiency": _png(efficiency_plot(df)), "throughput": _png(throughput_plot(df)),
-              "loss": _png(loss_plot(df, results))}
-    paths = {}
-    for name, data in images.items():
-        paths[f"{name}_png"] = out_dir / f"{name}.png"
-        paths[f"{name}_png"].write_bytes(data)
-    shown = df.drop(columns=["advice"]).dropna(axis=1, how="all")
-    advice = "".join(f"<li><b>{html.escape(str(r['run']))}</b>: {html.escape(r['advice'])}</li>"
-                     for _, r in df.iterrows() if r.get("advice"))
-    figures = "".join(f'<figure><img alt="{name}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
-                      f"</figure>" for name, data in images.items())
-    page = f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>airetrain efficiency report</title>
-<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse;font-size:12px}}
-td,th{{border:1px solid #ccc;padding:2px 6px}} figure{{display:inline-block;margin:0 1em 1em 0}}</style>
-</head><body><h1>Efficiency report</h1>
-{shown.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}")}
-<h2>Advice</h2><ul>{advice or "<li>nothing to change</li>"}</ul>
-<h2>Plots</h2>{figures}
-</body></html>
-"""
-    paths["html"] = out_dir / "efficiency.html"
-    paths["html"].write_text(page)
-    return paths
+    return {"efficiency": png(efficiency_plot(df)), "throughput": png(throughput_plot(df)),
+            "loss": png(loss_plot(df, results))}

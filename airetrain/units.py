@@ -1,0 +1,36 @@
+"""SLURM's units, read and written in one place: durations and memory sizes.
+
+Durations as squeue and sacct print them: [D-]HH:MM:SS, MM:SS, either with .mmm, or a word
+(UNLIMITED, NOT_SET, INVALID, Partition_Limit) where there is no duration. Sizes as sacct prints
+them: 411280K, 1.5G, 4000M, 4000Mn (per node), 2000Mc (per core); SLURM's M is a MiB.
+"""
+from __future__ import annotations
+
+import re
+
+SIZE_UNITS_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2, "P": 1024.0 ** 3}
+_DURATION = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")
+_SIZE = re.compile(r"([\d.]+)([KMGTP]?)[nc]?")
+
+
+def duration_s(text: str | None) -> float | None:
+    """Seconds of a SLURM duration, or None where it is not one (UNLIMITED, NOT_SET, '', ...)."""
+    m = _DURATION.fullmatch((text or "").strip())
+    if not m:
+        return None
+    days, hours, minutes = (int(g or 0) for g in m.groups()[:3])
+    return ((days * 24 + hours) * 60 + minutes) * 60 + float(m.group(4))
+
+
+def format_duration(seconds: float) -> str:
+    """A duration sbatch accepts: HH:MM:SS, or D-HH:MM:SS from a day on (whole seconds, rounded up)."""
+    whole = int(-(-seconds // 1))
+    days, rest = divmod(whole, 86400)
+    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+def size_mb(text: str | None) -> float:
+    """MB (MiB) of a SLURM size; a bare number is MB; anything else is 0."""
+    m = _SIZE.fullmatch(text or "")
+    return float(m.group(1)) * SIZE_UNITS_MB.get(m.group(2) or "M", 1.0) if m else 0.0
