@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,18 @@ def run(cmd, cwd=None, env=None, check=True, timeout=600, exact_env=False):
     return proc
 
 
+# The environment plan tests plan in: a $HOME to refuse datasets under, and a $SCRATCH.
+ENV = {"HOME": "/home/user", "SCRATCH": "/scratch/user"}
 ROOT_VARIABLES = ("SCRATCH", "TMP_SHARED", "TMPDIR")
+
+
+def wait_for(condition, timeout: float = 120, what: str = "condition", every: float = 0.02) -> None:
+    """Poll condition until it holds; fail naming what was awaited after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(every)
 
 
 def unactivated_env(tmp_path: Path, **extra) -> dict:

@@ -17,7 +17,7 @@ import torch
 from airetrain import checkpoint
 from airetrain.checkpoint import CheckpointError
 
-from conftest import BIN, launch_training, prepare_training, read_json, run
+from conftest import BIN, launch_training, prepare_training, read_json, run, wait_for
 
 # 2 ranks x 2 micro-batches of 16; dropout, so that the random streams matter; a save every 3 steps
 LONG = {"processes": 2, "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
@@ -57,14 +57,6 @@ def start(cmd, log: Path, env=None) -> subprocess.Popen:
     """`airetrain launch` in the background, its output in log."""
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})}
     return subprocess.Popen(cmd, env=env, stdout=open(log, "a"), stderr=subprocess.STDOUT)
-
-
-def wait_for(condition, timeout=120, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def durable_dir(tmp: Path, name="t") -> Path:

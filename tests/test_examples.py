@@ -6,10 +6,9 @@ import pytest
 from airetrain.config import load_yaml
 from airetrain.plan import plan_all
 
-from conftest import REPO
+from conftest import ENV, REPO
 
 EXAMPLES = sorted((REPO / "config/examples").glob("*.yaml"))
-ENV = {"HOME": "/home/user", "SCRATCH": "/scratch/user"}
 
 
 def readme_rows() -> dict[str, list[str]]:

@@ -4,9 +4,7 @@ import pytest
 from airetrain.errors import ConfigError
 from airetrain.plan import plan_all
 
-from conftest import run, write_config
-
-ENV = {"HOME": "/home/user", "SCRATCH": "/scratch/user"}
+from conftest import ENV, run, write_config
 
 
 def plan(run_cfg: dict, **top):

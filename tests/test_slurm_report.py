@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from conftest import run
-from jobs import run_all, sbatch, state, wait
+from conftest import run, wait_for
+from jobs import run_all, sbatch, state
 
 pytestmark = pytest.mark.slurm
 
@@ -45,9 +45,10 @@ def test_a_running_job_and_an_unknown_id_get_a_status_not_a_crash(slurm_cluster,
     job_id = sbatch("still_running", ["-p", "standard", "-c", "1", "--mem=200M", "-t", "5", "--wrap=sleep 120"], env)
     try:
         # squeue says RUNNING a moment before slurmdbd has the start: wait for accounting to say so
-        wait(lambda: state(job_id, env) == "RUNNING" and run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id],
-                                                             env=slurm_cluster).stdout.strip() == "RUNNING",
-             120, "the job to start")
+        accounted = ["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id]
+        wait_for(lambda: state(job_id, env) == "RUNNING"
+                 and run(accounted, env=slurm_cluster).stdout.strip() == "RUNNING",
+                 120, "the job to start", every=0.5)
         run(["airetrain", "report", "--jobs", f"{job_id},999999", "--out", str(tmp_path)], env=slurm_cluster)
     finally:
         run(["scancel", job_id], env=slurm_cluster)

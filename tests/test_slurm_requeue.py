@@ -11,10 +11,10 @@ import subprocess
 import pytest
 import torch
 
-from conftest import BIN, read_json, run, slurm_state, snakemake_cmd, write_config
-from test_checkpoint import assert_identical, flatten, newest_step, wait_for
+from conftest import BIN, read_json, run, slurm_state, snakemake_cmd, wait_for, write_config
+from test_checkpoint import assert_identical, flatten, newest_step
 from test_slurm import SLURM_ARGS, slurm_snakemake, unique
-from jobs import sbatch, state, wait
+from jobs import sbatch, state
 
 pytestmark = pytest.mark.slurm
 
@@ -141,7 +141,7 @@ def test_after_a_deadline_stop_restarts_cap_requeues_and_a_refusal_exits_75(slur
         plan = {"config": {"checkpoint": {"requeue": True, "max_requeues": max_requeues}}}
         return _continue(plan, stopped, {"SLURM_JOB_ID": job})
     try:
-        wait(lambda: state(job) == "RUNNING", 120, "the job to start")
+        wait_for(lambda: state(job) == "RUNNING", 120, "the job to start", every=0.5)
         assert decide(0) == (1, "exit 1: max_requeues reached")
         assert state(job) == "RUNNING" and job_restarts(job) == 0          # left alone
         assert decide(1) == (EXIT_STOPPED, "requeued") and job_restarts(job) == 1

@@ -7,9 +7,8 @@ import pytest
 from airetrain.errors import ConfigError
 from airetrain.plan import plan_all
 
-from conftest import REPO, SNAKEMAKE, run, write_config
+from conftest import ENV, REPO, SNAKEMAKE, run, write_config
 
-ENV = {"HOME": "/home/user", "SCRATCH": "/scratch/user"}
 
 # key under slurm -> (a bad value, what the message says is allowed)
 BAD = {

@@ -6,9 +6,7 @@ from airetrain.errors import ConfigError
 from airetrain.plan import plan_all
 from airetrain.sweep import format_value
 
-from conftest import read_json, snakemake, write_config
-
-ENV = {"HOME": "/home/user", "SCRATCH": "/scratch/user"}
+from conftest import ENV, read_json, snakemake, write_config
 
 
 def test_grid_expands_with_readable_deterministic_names():

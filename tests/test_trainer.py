@@ -9,9 +9,8 @@ from airetrain.errors import ConfigError
 from airetrain.models import MODELS, build
 from airetrain.plan import plan_all, resolve_strategy
 
-from conftest import launch_training, read_json
+from conftest import ENV, launch_training, read_json
 
-ENV = {"HOME": "/home/user", "SCRATCH": "/scratch/user"}
 SYNTHETIC = {"name": "synthetic", "samples": 256, "shape": [3, 16, 16], "classes": 10}
 
 

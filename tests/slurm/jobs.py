@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/, also when run as a script
+from conftest import wait_for  # noqa: E402
 
 PY = sys.executable
 BURN = "import time\nt=time.process_time()\nwhile time.process_time()-t<8: pass"
@@ -57,24 +59,17 @@ def batch_step_accounted(job_id: str, env=None) -> bool:
     return f"{job_id}.batch|RUNNING" in out.splitlines()
 
 
-def wait(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
 def run_all(env=None) -> dict[str, str]:
     """Submit every job, requeue one and cancel one once they run, wait for all to end: {name: id}."""
     ids = {name: sbatch(name, args, env) for name, args in JOBS.items()}
-    wait(lambda: state(ids["requeued"], env) == "RUNNING" and state(ids["cancelled"], env) == "RUNNING",
-         120, "the jobs to start")
-    wait(lambda: batch_step_accounted(ids["requeued"], env), 60, "the first run of the requeued job in accounting")
+    wait_for(lambda: state(ids["requeued"], env) == "RUNNING" and state(ids["cancelled"], env) == "RUNNING",
+             120, "the jobs to start", every=0.5)
+    wait_for(lambda: batch_step_accounted(ids["requeued"], env), 60, "the first run of the requeued job in accounting",
+             every=0.5)
     subprocess.run(["scontrol", "requeue", ids["requeued"]], check=True, env=env)
     subprocess.run(["scancel", ids["cancelled"]], check=True, env=env)
     active = ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING", "REQUEUE_HOLD", "REQUEUE_FED")
-    wait(lambda: not any(state(i, env) in active for i in ids.values()), 400, "the jobs to end")
+    wait_for(lambda: not any(state(i, env) in active for i in ids.values()), 400, "the jobs to end", every=0.5)
     return ids
 
 
