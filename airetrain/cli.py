@@ -108,7 +108,7 @@ def _launch(args) -> None:
 
 def _promote(args) -> None:
     from .fsutil import read_json, write_json_atomic
-    from .promote import promote
+    from .checkpoint.promote import promote
 
     from .manifest import build
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from . import data, dist as D, manifest, metrics
-from .checkpointer import Checkpointer
+from .checkpoint.manager import Checkpointer
 from .fsutil import read_json, write_json_atomic
 from .models import build as build_model
 from .parallel import Parallel

@@ -29,7 +29,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airetrain.checkpointer import Checkpointer  # noqa: E402
+from airetrain.checkpoint.manager import Checkpointer  # noqa: E402
 from airetrain.dist import Dist  # noqa: E402
 from airetrain.parallel import Parallel  # noqa: E402
 from airetrain.plan import plan_all  # noqa: E402

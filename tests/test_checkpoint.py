@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from airetrain import checkpoint
-from airetrain.checkpoint import CheckpointError
+from airetrain.checkpoint import store
+from airetrain.checkpoint.store import CheckpointError
 
 from conftest import BIN, launch_training, prepare_training, read_json, run, wait_for
 
@@ -64,7 +64,7 @@ def durable_dir(tmp: Path, name="t") -> Path:
 
 
 def newest_step(directory: Path) -> int:
-    return max((e["step"] for e in checkpoint.entries(directory)), default=0)
+    return max((e["step"] for e in store.entries(directory)), default=0)
 
 
 def descendants(pid: int) -> list[int]:
@@ -98,8 +98,8 @@ def every_listed_checkpoint_verifies(*directories: Path) -> int:
     """Each checkpoint a manifest lists hashes and loads; returns how many there were."""
     count = 0
     for directory in directories:
-        for entry in checkpoint.entries(directory):
-            checkpoint.verify(directory / entry["file"], entry)
+        for entry in store.entries(directory):
+            store.verify(directory / entry["file"], entry)
             count += 1
     return count
 
@@ -224,9 +224,9 @@ def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, re
         assert not (out / "train.json").exists(), "the run finished before it was killed"
         assert every_listed_checkpoint_verifies(fast, durable_dir(tmp_path)) > 0
         # only the newest checkpoint may be missing from scratch (its copy was in flight)
-        fast_steps = [e["step"] for e in checkpoint.entries(fast)]
+        fast_steps = [e["step"] for e in store.entries(fast)]
         assert len(fast_steps) < 2 or newest_step(durable_dir(tmp_path)) >= fast_steps[-2], fast_steps
-        found = checkpoint.load_latest([fast, durable_dir(tmp_path)], checkpoint.fingerprint(
+        found = store.load_latest([fast, durable_dir(tmp_path)], store.fingerprint(
             read_json(out / "plan.json")["config"]))
         assert found and found[2]["step"] == max(newest_step(fast), newest_step(durable_dir(tmp_path)))
         progress.append(found[2]["step"])
@@ -246,7 +246,7 @@ def test_a_checkpoint_only_on_the_fast_root_is_promoted_when_the_run_resumes_fro
     (out / "train.json").unlink()
     launch_training(tmp_path, {**cfg, "train": {"epochs": 2, "log_every_steps": 10}})
     assert read_json(out / "train.json")["resumed_from_step"] == 22
-    assert [e["step"] for e in checkpoint.entries(durable_dir(tmp_path))] == [22, 44]
+    assert [e["step"] for e in store.entries(durable_dir(tmp_path))] == [22, 44]
     assert every_listed_checkpoint_verifies(durable_dir(tmp_path)) == 2
 
 
@@ -254,20 +254,20 @@ def test_truncated_and_bit_flipped_checkpoints_are_skipped(tmp_path):
     cfg = {**LONG, "train": {"epochs": 1, "log_every_steps": 10}, "checkpoint": {"every_steps": 5, "keep": 3}}
     out, _ = launch_training(tmp_path, cfg)
     durable = durable_dir(tmp_path)
-    fingerprint = checkpoint.fingerprint(read_json(out / "plan.json")["config"])
-    steps = [e["step"] for e in checkpoint.entries(durable)]
+    fingerprint = store.fingerprint(read_json(out / "plan.json")["config"])
+    steps = [e["step"] for e in store.entries(durable)]
     assert steps == [15, 20, 22]
-    newest, middle = durable / checkpoint.file_name(22), durable / checkpoint.file_name(20)
+    newest, middle = durable / store.file_name(22), durable / store.file_name(20)
     with open(newest, "r+b") as f:          # truncated: a half-copied file
         f.truncate(newest.stat().st_size // 2)
     data = bytearray(middle.read_bytes())   # one flipped bit
     data[len(data) // 3] ^= 0x10
     middle.write_bytes(bytes(data))
-    for path, entry in ((newest, checkpoint.entries(durable)[2]), (middle, checkpoint.entries(durable)[1])):
+    for path, entry in ((newest, store.entries(durable)[2]), (middle, store.entries(durable)[1])):
         with pytest.raises(CheckpointError, match="sha256 does not match"):
-            checkpoint.verify(path, entry)
-    state, path, _ = checkpoint.load_latest([durable], fingerprint)
-    assert path.name == checkpoint.file_name(15) and state["trainer"]["step"] == 15
+            store.verify(path, entry)
+    state, path, _ = store.load_latest([durable], fingerprint)
+    assert path.name == store.file_name(15) and state["trainer"]["step"] == 15
     # the trainer falls back the same way (the fast root's copies are gone, as after a requeue)
     shutil.rmtree(tmp_path / "fast" / "airetrain" / "t" / "checkpoints")
     (out / "train.json").unlink()

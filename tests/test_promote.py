@@ -8,16 +8,16 @@ import time
 import pytest
 import torch
 
-from airetrain import checkpoint
-from airetrain.checkpoint import CheckpointError
+from airetrain.checkpoint import store
+from airetrain.checkpoint.store import CheckpointError
 from airetrain.fsutil import CHUNK, sha256_file
-from airetrain.promote import promote
+from airetrain.checkpoint.promote import promote
 
 
 def make_checkpoint(directory, step=10, size_mb=1):
     state = {"model": {"w": torch.randn(size_mb * 262144)}, "optimizer": {}, "trainer": {"step": step, "epoch": 0}}
-    entry = checkpoint.write_file(state, directory, step, fingerprint="f")
-    checkpoint.record(directory, entry)
+    entry = store.write_file(state, directory, step, fingerprint="f")
+    store.record(directory, entry)
     return entry
 
 
@@ -28,7 +28,7 @@ def test_promote_copies_verifies_and_records(tmp_path):
     assert result["verified"] and result["path"] == str(dst) and result["mode"] == "copied"
     assert sha256_file(dst) == entry["sha256"] == result["sha256"]
     assert torch.load(dst, weights_only=True)["trainer"]["step"] == 10
-    assert [c[2]["file"] for c in checkpoint.candidates([dst.parent], "f")] == ["step-00000010.pt"]
+    assert [c[2]["file"] for c in store.candidates([dst.parent], "f")] == ["step-00000010.pt"]
     assert promote(entry, tmp_path / "scratch" / "ckpt")["mode"] == "already durable"
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import checkpoint
-from .checkpoint import CheckpointError
-from .fsutil import copy_atomic, copy_dir_atomic
+from . import store
+from .store import CheckpointError
+from ..fsutil import copy_atomic, copy_dir_atomic
 
 
 def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_check: bool = True) -> dict:
@@ -26,7 +26,7 @@ def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_
         if dst == src:
             mode = "written there"
         else:
-            checkpoint.verify(dst, entry)
+            store.verify(dst, entry)
             mode = "already durable"
     except (CheckpointError, FileNotFoundError, NotADirectoryError):
         if entry.get("kind", "file") == "dcp":
@@ -35,7 +35,7 @@ def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_
             copy_atomic(src, dst, expected_sha256=entry["sha256"])
         mode = "copied"
     if full_check or mode == "written there":
-        checkpoint.verify(dst, entry)  # raises if it does not hash or load
-    checkpoint.record(durable_dir, entry, keep)
+        store.verify(dst, entry)  # raises if it does not hash or load
+    store.record(durable_dir, entry, keep)
     return {**{k: v for k, v in entry.items() if k != "path"}, "path": str(dst), "source": str(src),
             "mode": mode, "verified": True}

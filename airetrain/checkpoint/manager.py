@@ -27,11 +27,11 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict)
 
-from . import checkpoint
+from . import store
 from .promote import promote
-from .roots import run_dir
+from ..roots import run_dir
 
-log = logging.getLogger("airetrain.checkpointer")
+log = logging.getLogger("airetrain.checkpoint.manager")
 
 
 def rng_state(device: torch.device) -> dict:
@@ -80,7 +80,7 @@ class Checkpointer:
         self.d, self.par, self.optimizer = d, par, optimizer
         self.sharded = par.strategy == "fsdp"
         self.durable = Path(plan["durable_dir"])
-        self.fingerprint = checkpoint.fingerprint(plan["config"])
+        self.fingerprint = store.fingerprint(plan["config"])
         self.keep, self.background = cfg["keep"], cfg["async"]
         fast = run_dir(fast_root, plan["run"]) / "checkpoints"
         # Every rank writes DCP shards: on node-local disks of a multi-node job they would be split
@@ -88,7 +88,7 @@ class Checkpointer:
         self.dir = self.durable if self.sharded and fast_node_local and plan["nodes"] > 1 else fast
         if d.is_main:
             for directory in {self.dir, self.durable}:
-                checkpoint.clean_partial(directory)
+                store.clean_partial(directory)
         self._group = dist.new_group(backend="gloo") if self.sharded and self.background else None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -130,14 +130,14 @@ class Checkpointer:
 
     def _save_file(self, state: dict):
         def job():
-            entry = checkpoint.write_file(state, self.dir, state["trainer"]["step"], self.fingerprint)
+            entry = store.write_file(state, self.dir, state["trainer"]["step"], self.fingerprint)
             self._commit(entry)
         return job
 
     def _save_sharded(self, trainer: dict):
-        partial = self.dir / checkpoint.tmp_dir_name(trainer["step"])
+        partial = self.dir / store.tmp_dir_name(trainer["step"])
         if self.d.is_main:
-            checkpoint.remove(partial)   # a leftover of a killed save
+            store.remove(partial)   # a leftover of a killed save
             self.dir.mkdir(parents=True, exist_ok=True)
         dist.barrier()
         state = {"model": get_model_state_dict(self.par.model),
@@ -152,12 +152,12 @@ class Checkpointer:
             if future is not None:
                 future.result()   # on rank 0: every rank's shards and the metadata are written
             if self.d.is_main:
-                self._commit(checkpoint.commit_dir(partial, trainer, self.fingerprint))
+                self._commit(store.commit_dir(partial, trainer, self.fingerprint))
         return job
 
     def _commit(self, entry: dict) -> None:
         """Record the checkpoint where it was written, then make it durable on scratch (rank 0)."""
-        checkpoint.record(self.dir, entry, self.keep)
+        store.record(self.dir, entry, self.keep)
         self._promote(entry)
 
     def _promote(self, entry: dict) -> None:
@@ -193,7 +193,7 @@ class Checkpointer:
         Rank 0 verifies and chooses (on a node-local fast root only its node sees the file) and
         sends the others the trainer state; DDP's weights follow by broadcast, FSDP's shards are
         read by every rank from the chosen directory."""
-        found = checkpoint.load_latest([self.dir, self.durable], self.fingerprint) if self.d.is_main else None
+        found = store.load_latest([self.dir, self.durable], self.fingerprint) if self.d.is_main else None
         header = [None]
         if found:
             state, path, entry = found
@@ -221,7 +221,7 @@ class Checkpointer:
                         len(trainer["rng"]), self.d.world_size)
         entry = self.latest = head["entry"]
         if self.d.is_main and Path(head["path"]).parent == self.dir != self.durable \
-                and not any(checkpoint.same(entry, e) for e in checkpoint.entries(self.durable)):
+                and not any(store.same(entry, e) for e in store.entries(self.durable)):
             # a kill between writing and promoting leaves the newest checkpoint only on the fast
             # root: copy it to scratch now, in the background, not after the next save
             self._thread = threading.Thread(target=self._run, args=(lambda: self._promote(entry),),

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from .fsutil import commit, fsync_dir, read_json, sha256_file, write_bytes_atomic, write_json_atomic
+from ..fsutil import commit, fsync_dir, read_json, sha256_file, write_bytes_atomic, write_json_atomic
 
-log = logging.getLogger("airetrain.checkpoint")
+log = logging.getLogger("airetrain.checkpoint.store")
 MANIFEST = "manifest.json"
 TRAINER_FILE = "trainer.pt"
 
