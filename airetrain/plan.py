@@ -308,7 +308,7 @@ def torchrun_args(plan: dict) -> list[str]:
 def plan_all(config: dict, env=None, scratch: Root | None = None) -> dict[str, dict]:
     """Plan every run in one process; all refusals are reported together.
 
-    scratch: the durable root already decided where the workflow was planned (see planned_scratch);
+    scratch: the durable root already decided where the workflow was planned (see plan_workflow);
     without it the root is resolved here, from the config and the environment."""
     top, runs = cfg.resolve(config)
     scratch = scratch or durable_root(top["roots"]["scratch"], env)
@@ -329,24 +329,20 @@ def plan_workflow(config: dict, in_job: bool, results: str | Path = "results") -
     """The plans of a Snakemake parse: on the submit host from the config and the environment; inside a
     job with the durable root of the newest results/<run>/plan.json (written by this invocation's
     plan rules, which run on the submit host before any job)."""
-    scratch = None
-    if in_job:
-        files = sorted(Path(results).glob("*/plan.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-        scratch = planned_scratch(files)
-    return plan_all(config, scratch=scratch)
+    return plan_all(config, scratch=planned_scratch(results) if in_job else None)
 
 
-def planned_scratch(plan_files) -> Root | None:
-    """The durable root recorded in the first readable plan.json of plan_files, if any.
+def planned_scratch(results: str | Path) -> Root | None:
+    """The durable root recorded in the newest readable results/<run>/plan.json, if there is one.
 
     Snakemake parses the workflow again inside every job, where the environment differs (SLURM_JOB_ID,
     the job's own TMPDIR, perhaps another $SCRATCH): the job must plan with the root the submit host
     decided, or it looks for the dataset somewhere else and no durable copy lands where it was planned."""
     import json
 
-    for path in plan_files:
+    for path in sorted(Path(results).glob("*/plan.json"), key=lambda p: p.stat().st_mtime, reverse=True):
         try:
-            roots = json.loads(Path(path).read_text())["roots"]
+            roots = json.loads(path.read_text())["roots"]
         except (OSError, ValueError, KeyError):
             continue
         return Root(Path(roots["scratch"]), roots["scratch_source"])

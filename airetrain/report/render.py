@@ -59,8 +59,8 @@ def write_html(df: pd.DataFrame, out_dir: Path, results: str | Path | None) -> d
     shown = df.drop(columns=["advice"]).dropna(axis=1, how="all")
     advice = "".join(f"<li><b>{html.escape(str(r['run']))}</b>: {html.escape(r['advice'])}</li>"
                      for _, r in df.iterrows() if r.get("advice"))
-    figures = "".join(f'<figure><img alt="{name}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
-                      f"</figure>" for name, data in images.items())
+    inline = "".join(f'<figure><img alt="{name}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+                     f"</figure>" for name, data in images.items())
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>airetrain efficiency report</title>
 <style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse;font-size:12px}}
@@ -68,7 +68,7 @@ td,th{{border:1px solid #ccc;padding:2px 6px}} figure{{display:inline-block;marg
 </head><body><h1>Efficiency report</h1>
 {shown.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}")}
 <h2>Advice</h2><ul>{advice or "<li>nothing to change</li>"}</ul>
-<h2>Plots</h2>{figures}
+<h2>Plots</h2>{inline}
 </body></html>
 """
     paths["html"] = out_dir / "efficiency.html"

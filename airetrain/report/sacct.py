@@ -23,7 +23,6 @@ from ..units import SIZE_UNITS_MB, duration_s, size_mb
 
 FIELDS = ["JobID", "JobIDRaw", "JobName", "State", "ExitCode", "Start", "Elapsed", "Timelimit", "TotalCPU",
           "AllocCPUS", "ReqMem", "NNodes", "NTasks", "MaxRSS", "AllocTRES", "TRESUsageInTot", "TRESUsageInMax"]
-UNLIMITED = ("UNLIMITED", "Partition_Limit", "INVALID", "")
 
 
 def seconds(text: str) -> float:
