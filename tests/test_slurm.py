@@ -23,10 +23,13 @@ def unique(path) -> str:
 
 
 def sacct_jobs(env, since: str) -> dict[str, dict]:
-    """{job id: sacct fields} of the allocations (no steps) started since `since`."""
-    fields = ["JobID", "State", "NNodes", "AllocCPUS", "AllocTRES", "ReqMem", "NodeList", "QOS", "JobName"]
+    """{job id: sacct fields} of the allocations (no steps) submitted since `since`.
+
+    sacct -S alone also lists older jobs still running or pending then (another test's leftover)."""
+    fields = ["JobID", "State", "NNodes", "AllocCPUS", "AllocTRES", "ReqMem", "NodeList", "QOS", "JobName", "Submit"]
     out = run(["sacct", "-X", "-n", "-P", "-S", since, "-o", ",".join(fields)], env=env).stdout
-    return {row[0]: dict(zip(fields, row)) for row in (line.split("|") for line in out.splitlines()) if row[0]}
+    rows = (dict(zip(fields, line.split("|"))) for line in out.splitlines())
+    return {row["JobID"]: row for row in rows if row["JobID"] and row["Submit"] >= since}
 
 
 # the aire profile, with status checks from 2 s after submission instead of 40 s
