@@ -10,8 +10,8 @@ from .errors import ConfigError
 
 
 def _load_plans(configfiles: list[str]) -> dict:
-    from .config import deep_merge, load_yaml
-    from .plan import plan_all
+    from .plan.config import deep_merge, load_yaml
+    from .plan.planner import plan_all
 
     config: dict = {}
     for path in configfiles:
@@ -20,7 +20,7 @@ def _load_plans(configfiles: list[str]) -> dict:
 
 
 def _plan(args) -> None:
-    from .plan import format_table, resolve_strategy
+    from .plan.planner import format_table, resolve_strategy
 
     plans = {name: resolve_strategy(plan) for name, plan in _load_plans(args.configfile).items()}
     print(format_table(plans))
@@ -34,7 +34,7 @@ def _resolve(args) -> None:
     import json
 
     from .fsutil import write_json_atomic
-    from .plan import resolve_strategy
+    from .plan.planner import resolve_strategy
 
     plan = resolve_strategy(json.loads(args.plan_json))
     write_json_atomic(args.out, plan)
@@ -43,9 +43,9 @@ def _resolve(args) -> None:
 
 
 def _sbatch(args) -> None:
-    from .sbatch import script
+    from .plan.sbatch import script
 
-    from .plan import resolve_strategy
+    from .plan.planner import resolve_strategy
 
     plans = _load_plans(args.configfile)
     if args.run not in plans:
@@ -60,46 +60,19 @@ def _doctor(args) -> None:
 
 
 def _prepare(args) -> None:
-    from .data import prepare_digits
+    from .stage.datasets import prepare_digits
     print(prepare_digits(args.dest))
 
 
 def _stage(args) -> None:
-    import os
-    import socket
+    from .stage.staging import stage_run
 
-    from .fsutil import read_json, write_json_atomic
-    from .launch import on_every_node
-    from .roots import fast_root, run_dir
-    from .stage import stage
-
-    plan = read_json(args.plan)
-    fast = fast_root(plan["roots"]["tmp_shared"])
-    out = Path(args.out)
-    if plan["dataset"] is None:  # synthetic data: made in memory by the trainer
-        write_json_atomic(out, {"source": None, "target": None, "files": 0, "bytes": 0, "seconds": 0.0,
-                                "mode": "none", "fast_root": str(fast.path), "fast_root_source": fast.source})
-        print("nothing to stage: the dataset is synthetic")
-        return
-    if fast.node_local and plan["nodes"] > 1 and os.environ.get("SLURM_JOB_ID") and not args.this_node:
-        # Node-local fast storage ($TMPDIR): every node needs its own copy before training.
-        print(f"{fast.path} is node-local: staging on each of {plan['nodes']} nodes", flush=True)
-        on_every_node(plan, ["stage", "--plan", args.plan, "--out", args.out, "--this-node"])
-        per_node = {p.stem.split(".", 1)[1]: read_json(p) for p in sorted(out.parent.glob(f"{out.stem}.*.json"))}
-        first = per_node[min(per_node)]
-        write_json_atomic(out, {**first, "nodes": per_node})
-        return
-    target = run_dir(fast.path, plan["run"]) / "data"
-    result = stage(plan["dataset"], target, verify_sha256=plan["config"]["data"]["verify_sha256"])
-    result.update({"fast_root": str(fast.path), "fast_root_source": fast.source, "host": socket.gethostname()})
-    write_json_atomic(out.with_name(f"{out.stem}.{result['host']}.json") if args.this_node else out, result)
-    print(f"staged {result['files']} files ({result['bytes'] / 1e6:.1f} MB) to {target} on {result['host']}: "
-          f"{result['mode']}, {result['seconds']:.2f} s", flush=True)
+    stage_run(args.plan, args.out, args.this_node)
 
 
 def _launch(args) -> None:
     from .fsutil import read_json
-    from .launch import run
+    from .train.launch import run
 
     code = run(read_json(args.plan), args.script, ["--plan", args.plan, "--stage", args.stage, "--out", args.out],
                args.out)
@@ -110,14 +83,14 @@ def _promote(args) -> None:
     from .fsutil import read_json, write_json_atomic
     from .checkpoint.promote import promote
 
-    from .manifest import build
+    from .records import run_record
 
     plan, train = read_json(args.plan), read_json(args.train)
     result = promote(train["checkpoint"], plan["durable_dir"], plan["config"]["checkpoint"]["keep"])
     write_json_atomic(args.out, result)
-    if args.manifest:
-        record = build(plan, train, args.workflow_dir, Path(plan["durable_dir"]).parent)
-        write_json_atomic(args.manifest, record)
+    if args.record:
+        record = run_record(plan, train, args.workflow_dir, Path(plan["durable_dir"]).parent)
+        write_json_atomic(args.record, record)
     print(f"promoted {result['path']} ({result['size']} bytes, sha256 {result['sha256'][:12]}…): {result['mode']}")
 
 
@@ -191,7 +164,7 @@ def main(argv=None) -> None:
     p.add_argument("--plan", required=True)
     p.add_argument("--train", required=True, help="train.json")
     p.add_argument("--out", required=True, help="checkpoint.json")
-    p.add_argument("--manifest", help="also write the run record (manifest.json) here")
+    p.add_argument("--record", help="also write the run record (run.json) here")
     p.add_argument("--workflow-dir", default=".", help="the workflow's git checkout, for the run record")
     p.set_defaults(func=_promote)
 

@@ -78,7 +78,7 @@ def cuda_lines(build_cuda: str | None, driver: str | None, driver_cuda: str | No
 def report() -> list[str]:
     import torch
 
-    from .metrics import PEAK_BF16_TFLOPS
+    from .hardware import gpu_facts
 
     lines = [f"python {platform.python_version()}  torch {torch.__version__}  CUDA {torch.version.cuda}",
              torch_pin_line(torch.__version__, pinned_version("torch"))]
@@ -89,7 +89,8 @@ def report() -> list[str]:
         for i in range(torch.cuda.device_count()):
             name = torch.cuda.get_device_name(i)
             major, minor = torch.cuda.get_device_capability(i)
-            peak = next((f"{v:g} TFLOP/s bf16 peak" for k, v in PEAK_BF16_TFLOPS.items() if k in name), "peak unknown")
+            facts = gpu_facts(name)
+            peak = f"{facts['bf16_tflops']:g} TFLOP/s bf16 peak" if facts else "peak unknown"
             ok = f"sm_{major}{minor}" in torch.cuda.get_arch_list()
             lines.append(f"GPU {i}: {name}, compute capability {major}.{minor}, "
                          f"{torch.cuda.get_device_properties(i).total_memory / 1e9:.0f} GB, {peak}, "

@@ -7,7 +7,7 @@ Checkpointer.save returns once the state is copied to CPU memory; the write, fsy
 promotion to the durable directory run in a background thread, and the next save waits for them
 (so any wait counts as stall too). Both save every --every training steps; the background work
 also competes with training for the CPU, so the training steps' time with saves in flight is
-reported against the steps without. Goal (issue 5): stall <= 0.2 x the synchronous time.
+reported against the steps without. Goal: stall <= 0.2 x the synchronous time.
 
     python benchmarks/checkpoint.py [--saves 5] [--every 10] [--dir PATH] [--strategy ddp|fsdp] [--device cuda]
 
@@ -30,9 +30,9 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airetrain.checkpoint.manager import Checkpointer  # noqa: E402
-from airetrain.dist import Dist  # noqa: E402
-from airetrain.parallel import Parallel  # noqa: E402
-from airetrain.plan import plan_all  # noqa: E402
+from airetrain.train.distributed import Dist  # noqa: E402
+from airetrain.train.parallel import Parallel  # noqa: E402
+from airetrain.plan.planner import plan_all  # noqa: E402
 
 
 def model() -> nn.Module:

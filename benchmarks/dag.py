@@ -1,6 +1,6 @@
 """`snakemake -n` on a 200-run sweep, against a plain Snakefile with the same number of jobs.
 
-Goal (issue 7): the dry run of 200 runs takes at most 10 s on 2 cores. The baseline is the same
+Goal: the dry run of 200 runs takes at most 10 s on 2 cores. The baseline is the same
 DAG shape (plan, stage, train, promote per run, one report) with trivial rules and no airetrain,
 so the ratio shows what planning and validation add on top of Snakemake itself.
 

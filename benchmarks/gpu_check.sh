@@ -12,7 +12,7 @@ py=${PYTHON:-python3}
 
 nvidia-smi -L | tee "$out/gpu.txt"
 $py -m airetrain doctor 2>&1 | tee "$out/doctor.txt"
-timeout 170 $py -m pytest -q -p no:cacheprovider -rs -k gpu tests/test_trainer.py tests/test_checkpoint.py \
+timeout 170 $py -m pytest -q -p no:cacheprovider -rs -k gpu tests/torchrun/test_trainer.py tests/torchrun/test_checkpoint.py \
   2>&1 | tee "$out/gpu-tests.txt"
 timeout 60 $py benchmarks/checkpoint.py --device cuda --every 300 2>&1 | tee "$out/checkpoint-bench.txt"
 

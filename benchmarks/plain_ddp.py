@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from airetrain.data import Synthetic
-from airetrain.models import build
+from airetrain.train.datasets import Synthetic
+from airetrain.train.models import build_model
 
 
 def main():
@@ -26,7 +26,7 @@ def main():
     dataset = Synthetic(cfg["data"], "train")
     sampler = DistributedSampler(dataset, shuffle=True, drop_last=True)
     loader = DataLoader(dataset, batch_size=cfg["per_device"], sampler=sampler, drop_last=True)
-    model = DDP(build(cfg["model"], dataset.meta))
+    model = DDP(build_model(cfg["model"], dataset.meta))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     steps = 0
     start = time.perf_counter()

@@ -1,6 +1,6 @@
 """Stage 20,000 small files (1-64 KiB) against `rsync -a` of the same tree, then re-stage unchanged.
 
-Prints both times and the ratios. Goals (issue 2): first stage >= 1.5x faster than rsync;
+Prints both times and the ratios. Goals: first stage >= 1.5x faster than rsync;
 re-staging an unchanged tree <= 5% of the first stage's time.
 
     python benchmarks/stage.py [--files 20000] [--dir /path/on/the/filesystem/to/test]
@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from airetrain.stage import stage
+from airetrain.stage.copy import stage
 
 
 def make_tree(root: Path, files: int, seed: int = 0) -> int:

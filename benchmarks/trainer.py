@@ -2,7 +2,7 @@
 
 Both run under torchrun with 2 processes on CPU, alternating, and report samples/s over their
 training loops (start-up excluded for both; airetrain's includes its logging all-reduces and its
-end-of-training checkpoint). Goal (issue 4): ratio >= 1.00.
+end-of-training checkpoint). Goal: ratio >= 1.00.
 
     python benchmarks/trainer.py [--repeats 3] [--epochs 2]
 """
@@ -34,7 +34,7 @@ def plain(epochs: int) -> float:
 
 def ours(tmp: Path, epochs: int) -> float:
     from airetrain.fsutil import write_json_atomic
-    from airetrain.plan import plan_all
+    from airetrain.plan.planner import plan_all
 
     config = {"roots": {"scratch": str(tmp / "scratch"), "tmp_shared": str(tmp / "fast")},
               "runs": {"bench": {"processes": WORLD, "strategy": "ddp", "precision": "bf16", "model": MODEL,

@@ -2,7 +2,7 @@
 import os
 import sys
 
-from airetrain.train import main
+from airetrain.train.loop import main
 
 if __name__ == "__main__":
     main()

@@ -73,10 +73,12 @@ def snakemake(workdir: Path, configfile: Path, *args, check=True, env=None, time
 
 def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t") -> tuple[Path, list[str]]:
     """plan -> stage, as the rules do, in tmp_path; returns (results dir, the `airetrain launch` command)."""
-    from airetrain.data import prepare_digits
+    from airetrain.stage.datasets import prepare_digits
     from airetrain.fsutil import write_json_atomic
-    from airetrain.plan import plan_all, resolve_strategy
-    from airetrain.stage import stage
+    from airetrain.plan.planner import plan_all, resolve_strategy
+    from airetrain.plan.roots import Root
+    from airetrain.stage.copy import stage
+    from airetrain.stage.staging import stage_record
 
     scratch = tmp_path / "scratch"
     config = {"roots": {"scratch": str(scratch), "tmp_shared": str(tmp_path / "fast")}, "runs": {name: run_cfg}}
@@ -85,21 +87,55 @@ def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t") -> tuple[Pa
         prepare_digits(scratch / "datasets" / "digits")
     out = tmp_path / "results" / name
     write_json_atomic(out / "plan.json", plan)
-    staged = {"target": None}
-    if plan["dataset"]:
-        staged = stage(plan["dataset"], tmp_path / "fast" / "airetrain" / name / "data")
-    write_json_atomic(out / "stage.json", {**staged, "fast_root": str(tmp_path / "fast")})
+    staged = stage(plan["dataset"], tmp_path / "fast" / "airetrain" / name / "data") if plan["dataset"] else None
+    write_json_atomic(out / "stage.json", stage_record(staged, Root(tmp_path / "fast", "config"), None))
     cmd = [sys.executable, "-m", "airetrain", "launch", "--plan", str(out / "plan.json"),
            "--stage", str(out / "stage.json"), "--out", str(out), "--script", str(REPO / "scripts/train.py")]
     return out, cmd
 
 
+DUMP_PARAMS_SCRIPT = REPO / "tests" / "torchrun" / "dump_params.py"
+
+
 def launch_training(tmp_path: Path, run_cfg: dict, name: str = "t", dump=None, cwd=None, check=True, env=None):
-    """prepare_training, then run `airetrain launch` (a real torchrun) to its end."""
+    """prepare_training, then run `airetrain launch` (a real torchrun) to its end.
+
+    With dump, the ranks run tests/torchrun/dump_params.py: the trainer, then each rank saves its
+    final parameters to dump/rank<N>.pt (to check that the replicas agree)."""
     out, cmd = prepare_training(tmp_path, run_cfg, name)
-    env = {**({"AIRETRAIN_DUMP_PARAMS": str(dump)} if dump else {}), **(env or {})}
+    if dump:
+        cmd[cmd.index("--script") + 1] = str(DUMP_PARAMS_SCRIPT)
+        env = {"AIRETRAIN_TEST_DUMP_DIR": str(dump), **(env or {})}
     proc = run(cmd, cwd=cwd, env=env, check=check)
     return out, proc
+
+
+def flatten(tree, prefix=""):
+    """A nested state (dicts, lists) as one dict of dotted keys."""
+    if isinstance(tree, dict):
+        return {k: v for key, value in tree.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
+    if isinstance(tree, (list, tuple)):
+        return {k: v for i, value in enumerate(tree) for k, v in flatten(value, f"{prefix}{i}.").items()}
+    return {prefix.rstrip("."): tree}
+
+
+def assert_identical(a: dict, b: dict) -> None:
+    """Two flattened states hold the same keys and bit-identical values."""
+    import torch
+
+    assert a.keys() == b.keys() and len(a) > 10
+    for key in a:
+        if isinstance(a[key], torch.Tensor):
+            assert torch.equal(a[key], b[key]), key
+        else:
+            assert a[key] == b[key], key
+
+
+def newest_step(directory: Path) -> int:
+    """The newest checkpoint step recorded in a checkpoint directory (0: none)."""
+    from airetrain.checkpoint import store
+
+    return max((e["step"] for e in store.entries(directory)), default=0)
 
 
 SLURM_DIR = REPO / "tests" / "slurm"
@@ -142,3 +178,15 @@ def slurm_cluster():
                 pytest.fail(problem)
             pytest.skip(problem)
     return {"SLURM_CONF": env["SLURM_CONF"]}
+
+
+@pytest.fixture(scope="session")
+def process_group(tmp_path_factory):
+    """A real one-rank gloo process group in this process: the trainer's pieces that reduce across
+    ranks (evaluate, progress, summary) run here as rank 0 of 1, without torchrun."""
+    import torch.distributed as dist
+
+    store = tmp_path_factory.mktemp("process-group") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()

@@ -29,7 +29,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from . import store
 from .promote import promote
-from ..roots import run_dir
+from ..plan.roots import run_dir
 
 log = logging.getLogger("airetrain.checkpoint.manager")
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 
+from ..hardware import GPUS
+
 LOW = 0.5             # below this share of a request, ask for less
 DATA_BOUND = 0.3      # data wait share above which the loader, not the GPU, sets the pace
 HEADROOM = 1.2        # memory: peak + 20 %
 TIME_HEADROOM = 1.5   # time: 1.5 x what was used
-L40S_GB = 48
+L40S_GB = GPUS["L40S"]["memory_gb"]
 
 
 def _num(row: dict, key: str):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..fsutil import read_json
+from ..records import STOPPED
 from . import sacct
 from .advice import advise
 
@@ -93,7 +94,7 @@ def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
     plan = read_json(run_dir / "plan.json") if (run_dir / "plan.json").exists() else {}
     train = read_json(run_dir / "train.json") if (run_dir / "train.json").exists() else None
     promoted = (run_dir / "checkpoint.json").exists()
-    stopped = (run_dir / "STOPPED").exists()
+    stopped = (run_dir / STOPPED).exists()
     row["state"] = "stopped" if stopped and train is None else \
         "missing" if train is None else ("done" if promoted else "trained")
     job = (accounting or {}).get(str((train or {}).get("slurm_job_id")))

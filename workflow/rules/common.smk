@@ -4,20 +4,20 @@ import re
 import sys
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
-
-# The package, importable here and in every job (local, SLURM, --use-conda) without installing it.
-sys.path.insert(0, workflow.basedir)
-
-from airetrain.launch import export_python_path
-
-export_python_path(workflow.basedir)
-
 from snakemake.settings.types import DeploymentMethod
 
+# The package is this checkout's, here and in every job (local, SLURM, --use-conda), installed or
+# not: first on sys.path for this parse, then first on PYTHONPATH for the jobs, which inherit it.
+sys.path.insert(0, workflow.basedir)
+
+from airetrain.plan.interpreter import put_package_first
+
+put_package_first(workflow.basedir)
+
 from airetrain.errors import ConfigError
-from airetrain.interpreter import rule_python
-from airetrain.plan import format_table, plan_workflow
+from airetrain.plan.commands import command
+from airetrain.plan.interpreter import rule_python
+from airetrain.plan.planner import datasets_to_prepare, format_table, plan_workflow
 
 # Plan every run in this one process; refusals stop the workflow before anything is submitted.
 # Inside a job (Snakemake parses this file again there) the plan keeps the submit host's roots.
@@ -27,13 +27,12 @@ try:
     PYTHON = rule_python(DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method)
 except ConfigError as e:
     raise WorkflowError(f"airetrain: {e}") from None
-validate(config, "../schemas/config.schema.yaml")
 if workflow.is_main_process:
     logger.info(f"airetrain plan:\n{format_table(PLANS)}")
 
 RUNS = list(PLANS)
 TRAIN_SCRIPT = os.path.join(workflow.basedir, "scripts", "train.py")
-DIGITS_DATASETS = sorted({p["dataset"] for p in PLANS.values() if p["config"]["data"]["name"] == "digits"})
+DIGITS_DATASETS = datasets_to_prepare(PLANS)
 
 
 wildcard_constraints:

@@ -4,12 +4,13 @@ rule plan:
     output:
         "results/{run}/plan.json",
     params:
-        python=PYTHON,
-        plan=lambda w: json.dumps(PLANS[w.run], sort_keys=True),
+        cmd=lambda w, output: command(
+            "resolve", python=PYTHON, plan_json=json.dumps(PLANS[w.run], sort_keys=True), out=output[0]
+        ),
     log:
         "logs/{run}/plan.log",
     localrule: True
     conda:
         "../../envs/aire.yaml"
     shell:
-        "{params.python:q} -m airetrain resolve --plan-json {params.plan:q} --out {output:q} > {log:q} 2>&1"
+        "{params.cmd} > {log:q} 2>&1"

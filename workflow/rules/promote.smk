@@ -4,10 +4,17 @@ rule promote:
         train="results/{run}/train.json",
     output:
         checkpoint="results/{run}/checkpoint.json",
-        manifest="results/{run}/manifest.json",
+        record="results/{run}/run.json",
     params:
-        python=PYTHON,
-        workflow=workflow.basedir,
+        cmd=lambda w, input, output: command(
+            "promote",
+            python=PYTHON,
+            plan=input.plan,
+            train=input.train,
+            out=output.checkpoint,
+            record=output.record,
+            workflow_dir=workflow.basedir,
+        ),
     log:
         "logs/{run}/promote.log",
     benchmark:
@@ -21,5 +28,4 @@ rule promote:
     conda:
         "../../envs/aire.yaml"
     shell:
-        "{params.python:q} -m airetrain promote --plan {input.plan:q} --train {input.train:q} --out {output.checkpoint:q} "
-        "--manifest {output.manifest:q} --workflow-dir {params.workflow:q} > {log:q} 2>&1"
+        "{params.cmd} > {log:q} 2>&1"

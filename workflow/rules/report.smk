@@ -13,13 +13,13 @@ rule report:
         ),
         loss=report("results/report/loss.png", caption="../report/loss.rst", category="Training"),
     params:
-        python=PYTHON,
-        runs=RUNS,
-        out=subpath(output.csv, parent=True),
+        cmd=lambda w, output: command(
+            "report", *RUNS, python=PYTHON, results="results", out=os.path.dirname(output.csv)
+        ),
     log:
         "logs/report.log",
     localrule: True
     conda:
         "../../envs/aire.yaml"
     shell:
-        "{params.python:q} -m airetrain report --results results --out {params.out:q} {params.runs:q} > {log:q} 2>&1"
+        "{params.cmd} > {log:q} 2>&1"

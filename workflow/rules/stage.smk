@@ -4,7 +4,7 @@ if DIGITS_DATASETS:
         output:
             directory("{dataset}"),
         params:
-            python=PYTHON,
+            cmd=lambda w, output: command("prepare", python=PYTHON, dataset=output[0]),
         log:
             "logs/prepare{dataset}.log",
         localrule: True
@@ -13,7 +13,7 @@ if DIGITS_DATASETS:
         conda:
             "../../envs/aire.yaml"
         shell:
-            "{params.python:q} -m airetrain prepare {output:q} > {log:q} 2>&1"
+            "{params.cmd} > {log:q} 2>&1"
 
 
 rule stage:
@@ -23,7 +23,7 @@ rule stage:
     output:
         "results/{run}/stage.json",
     params:
-        python=PYTHON,
+        cmd=lambda w, input, output: command("stage", python=PYTHON, plan=input.plan, out=output[0]),
     log:
         "logs/{run}/stage.log",
     benchmark:
@@ -37,4 +37,4 @@ rule stage:
     conda:
         "../../envs/aire.yaml"
     shell:
-        "{params.python:q} -m airetrain stage --plan {input.plan:q} --out {output:q} > {log:q} 2>&1"
+        "{params.cmd} > {log:q} 2>&1"

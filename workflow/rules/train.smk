@@ -28,11 +28,15 @@ rule train:
         qos=lambda w: slurm(w, "qos"),  # None: not asked for, the account's default
         mpi=lambda w: slurm(w, "mpi"),
     params:
-        python=PYTHON,
-        out=subpath(output.train, parent=True),
-        script=TRAIN_SCRIPT,
+        cmd=lambda w, input, output: command(
+            "launch",
+            python=PYTHON,
+            plan=input.plan,
+            stage=input.stage,
+            out=os.path.dirname(output.train),
+            script=TRAIN_SCRIPT,
+        ),
     conda:
         "../../envs/aire.yaml"
     shell:
-        "{params.python:q} -m airetrain launch --plan {input.plan:q} --stage {input.stage:q} "
-        "--out {params.out:q} --script {params.script:q} >> {log:q} 2>&1"
+        "{params.cmd} >> {log:q} 2>&1"

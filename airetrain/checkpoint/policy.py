@@ -1,0 +1,40 @@
+"""When to save, and where a resumed run continues: decisions only, no files and no torch."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SavePolicy:
+    """checkpoint.every_steps (0: off) and checkpoint.every_epochs; the last epoch always saves."""
+    every_steps: int
+    every_epochs: int
+    epochs: int
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "SavePolicy":
+        return cls(cfg["checkpoint"]["every_steps"], cfg["checkpoint"]["every_epochs"], cfg["train"]["epochs"])
+
+    def due(self, step: int, epoch: int, epoch_end: bool) -> bool:
+        """Is it time to save after optimizer step `step` (from 1) of epoch `epoch` (from 0)?"""
+        if self.every_steps and step % self.every_steps == 0:
+            return True
+        return epoch_end and ((epoch + 1) % self.every_epochs == 0 or epoch == self.epochs - 1)
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where training stands: optimizer steps done, the epoch, and the steps done in that epoch."""
+    step: int = 0
+    epoch: int = 0
+    step_in_epoch: int = 0
+
+    @classmethod
+    def resumed(cls, trainer: dict | None, steps_per_epoch: int) -> "Position":
+        """The position to continue from, given a checkpoint's trainer state (None: a fresh start).
+        A checkpoint saved at the end of an epoch continues at the start of the next one."""
+        if not trainer:
+            return cls()
+        if trainer["step_in_epoch"] >= steps_per_epoch:
+            return cls(trainer["step"], trainer["epoch"] + 1, 0)
+        return cls(trainer["step"], trainer["epoch"], trainer["step_in_epoch"])

@@ -1,0 +1,164 @@
+"""Load, validate and resolve the configuration: defaults + per-run overrides.
+
+Validation errors name the offending key, where it is, and what is allowed, because
+jsonschema's own messages ("Additional properties are not allowed") do not.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from ..errors import ConfigError
+
+SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+SLURM_NAME = SAFE_NAME   # accounts and QoS, also where they come from the environment ($SBATCH_ACCOUNT)
+
+
+def load_schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def load_yaml(path: str | Path) -> dict:
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the config must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def check_name(name: str, what: str = "run name") -> str:
+    """Names reach shells and paths: allow only [A-Za-z0-9_.-]+ (and not '.' or '..')."""
+    if not isinstance(name, str) or not SAFE_NAME.match(name) or name in (".", ".."):
+        raise ConfigError(
+            f"{what} {name!r} is not allowed: use only letters, digits, '_', '.' and '-' "
+            "(it becomes a SLURM job name, a directory and a shell argument)"
+        )
+    return name
+
+
+def _resolve_ref(schema: dict, root: dict) -> dict:
+    while "$ref" in schema:
+        ref = schema["$ref"]
+        node = root
+        for part in ref.lstrip("#/").split("/"):
+            node = node[part]
+        merged = {k: v for k, v in schema.items() if k != "$ref"}
+        schema = {**node, **merged}
+    return schema
+
+
+def _subschema(root: dict, path: list) -> dict:
+    """The schema that applies at an instance path (enough of JSON Schema for ours)."""
+    node = _resolve_ref(root, root)
+    for part in path:
+        props = node.get("properties", {})
+        if part in props:
+            node = props[part]
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = node["additionalProperties"]
+        else:
+            return {}
+        node = _resolve_ref(node, root)
+    return node
+
+
+def _where(path) -> str:
+    return ".".join(str(p) for p in path) or "(top level)"
+
+
+def _friendly(error: jsonschema.ValidationError, root: dict) -> str:
+    where = _where(error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(_subschema(root, list(error.absolute_path)).get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        keys = ", ".join(repr(k) for k in extra)
+        return f"unknown key {keys} in {where}; allowed keys: {', '.join(allowed)}"
+    if error.validator == "enum":
+        return f"{where} = {error.instance!r} is not allowed; allowed values: " + ", ".join(
+            repr(v) for v in error.validator_value
+        )
+    if error.validator == "anyOf":  # a built-in name or an import path
+        names = [v for sub in error.validator_value for v in sub.get("enum", [])]
+        return (f"{where} = {error.instance!r} is not allowed; allowed values: "
+                + ", ".join(map(repr, names)) + ", or an import path 'package.module:function'")
+    if error.validator == "pattern" and "x-allowed" in error.schema:  # strings that reach SLURM or a shell
+        return f"{where} = {error.instance!r} is not allowed: {error.schema['x-allowed']}"
+    if error.validator == "pattern":  # names that reach shells and paths
+        return f"name {error.instance!r} in {where} is not allowed: use only letters, digits, '_', '.' and '-'"
+    if error.validator == "minimum":
+        return f"{where} = {error.instance!r} is too small: it must be at least {error.validator_value}"
+    if error.validator == "exclusiveMinimum":
+        return f"{where} = {error.instance!r} must be greater than {error.validator_value}"
+    return f"{where}: {error.message}"
+
+
+def validate(config: dict, schema: dict | None = None) -> None:
+    """Raise ConfigError listing every problem, each with its key and the allowed values."""
+    schema = schema or load_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = [_friendly(e, schema) for e in errors]
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(lines))
+
+
+_MISSING = object()
+
+
+def defaults_from_schema(schema: dict, root: dict | None = None) -> Any:
+    """A complete default value built from the schema's `default:` entries."""
+    root = root or schema
+    schema = _resolve_ref(schema, root)
+    if "properties" in schema:
+        out = {}
+        for key, sub in schema["properties"].items():
+            value = defaults_from_schema(sub, root)
+            if value is not _MISSING:
+                out[key] = value
+        return out
+    return copy.deepcopy(schema["default"]) if "default" in schema else _MISSING
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in (override or {}).items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def has_run_key(schema: dict, dotted: str) -> bool:
+    node = _resolve_ref(schema["$defs"]["run"], schema)
+    for part in dotted.split("."):
+        if part not in node.get("properties", {}):
+            return False
+        node = _resolve_ref(node["properties"][part], schema)
+    return True
+
+
+def resolve(config: dict) -> tuple[dict, dict[str, dict]]:
+    """Validate, expand the sweep, and return (top-level settings, {run name: complete run config})."""
+    from . import sweep
+
+    schema = load_schema()
+    validate(config, schema)
+    grid = config.get("sweep") or {}
+    sweep.check_keys(grid, lambda key: has_run_key(schema, key))
+    expanded = {**config, "runs": sweep.expand(config["runs"], grid, deep_merge)}
+    if grid:
+        validate(expanded, schema)  # the grid's values, checked where they land
+    top = deep_merge(defaults_from_schema(schema), {k: v for k, v in expanded.items() if k not in ("runs", "sweep")})
+    base = top.pop("defaults")
+    runs = {}
+    for name, overrides in expanded["runs"].items():
+        check_name(name)
+        runs[name] = deep_merge(base, overrides or {})
+    return top, runs

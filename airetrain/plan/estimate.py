@@ -1,0 +1,82 @@
+"""Per-GPU memory estimate behind `strategy: auto`: DDP if it fits the budget, else FSDP.
+
+Parameters, gradients and optimizer state are counted exactly (on PyTorch's meta device, so no
+memory is allocated); activations are measured with a one-batch probe: a forward pass on the
+meta device that adds up every tensor autograd saves for backward.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+GB = 1e9
+OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8, "sgd": 4}  # fp32 moments (Adam: 2, SGD momentum: 1)
+
+
+def dataset_meta(data: dict, dataset_path: str | None) -> dict | None:
+    """The dataset's shape/classes (or vocab/seq_len) without loading it; None when unknown."""
+    if data["name"] == "digits":
+        return {"shape": [1, 8, 8], "classes": 10}
+    if data["name"] == "synthetic":
+        if data["vocab"]:
+            return {"vocab": data["vocab"], "seq_len": data["seq_len"], "classes": data["vocab"]}
+        return {"shape": list(data["shape"]), "classes": data["classes"]}
+    meta = Path(dataset_path or "") / "meta.json"
+    return json.loads(meta.read_text()) if dataset_path and meta.is_file() else None
+
+
+@functools.lru_cache(maxsize=64)
+def _probe(model_json: str, meta_json: str, per_device: int) -> tuple[int, int, int]:
+    """(parameters, activation bytes of one fp32 forward, blocks) for a per-device batch."""
+    import torch
+
+    from ..train.models import block_container, build_model
+
+    model_cfg, meta = json.loads(model_json), json.loads(meta_json)
+    with torch.device("meta"):
+        model = build_model(model_cfg, meta)
+        if "vocab" in meta:
+            x = torch.zeros(per_device, meta["seq_len"], dtype=torch.long)
+        else:
+            x = torch.empty(per_device, *meta["shape"])
+    saved = 0
+
+    def pack(t):
+        nonlocal saved
+        saved += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x)
+    params = sum(p.numel() for p in model.parameters())
+    return params, saved, len(block_container(model))
+
+
+def estimate(run: dict, meta: dict | None, world: int, per_device: int) -> dict:
+    budget = run["memory_budget_gb"]
+    if meta is None:
+        return {"decision": "ddp", "reason": "dataset shape unknown before staging: no estimate, DDP"}
+    try:
+        params, activations, blocks = _probe(json.dumps(run["model"], sort_keys=True),
+                                              json.dumps(meta, sort_keys=True), per_device)
+    except Exception as e:  # a user model that does not build on the meta device
+        return {"decision": "ddp", "reason": f"could not estimate ({type(e).__name__}: {e}); DDP"}
+    if run["precision"] != "fp32":
+        activations //= 2  # autocast keeps most saved activations in 16 bits
+    state = params * (4 + 4 + OPTIMIZER_BYTES_PER_PARAM[run["optim"]["name"]])  # weights, grads, optimizer
+    ddp = state + activations
+    # FSDP shards the state; with activation checkpointing only block inputs stay, plus one block's
+    fsdp = state / world + activations * 2 / max(blocks, 1)
+    fits = ddp <= budget * GB
+    return {
+        "parameters": params,
+        "state_gb": round(state / GB, 3),
+        "activations_gb": round(activations / GB, 3),
+        "ddp_per_gpu_gb": round(ddp / GB, 3),
+        "fsdp_per_gpu_gb": round(fsdp / GB, 3),
+        "budget_gb": budget,
+        "decision": "ddp" if fits else "fsdp",
+        "reason": (f"DDP needs {ddp / GB:.2f} GB per GPU, {'within' if fits else 'over'} the {budget:g} GB budget"
+                   + ("" if fits else f"; FSDP with activation checkpointing needs about {fsdp / GB:.2f} GB")),
+    }

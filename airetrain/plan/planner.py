@@ -1,0 +1,384 @@
+"""Resolve each run into a plan: layout, resources, batch maths, launch arguments.
+
+Everything that can be refused is refused here, before any job is submitted, with a
+message naming the key and the fix. The plan is the single source of every later
+step's resources (the rules read it, the launcher reads it, the trainer reads it).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+
+from . import config as cfg
+from ..errors import ConfigError
+from .roots import Root, durable_root, is_under, run_dir
+
+log = logging.getLogger("airetrain.plan")
+
+# Per-rank defaults. With GPUs: Aire's share of a node per GPU (24 cores, ~250 GB over 3 GPUs).
+DEFAULT_CPUS_PER_RANK = {"gpu": 8, "cpu": 1}
+DEFAULT_MEM_GB_PER_RANK = {"gpu": 80, "cpu": 2}
+
+
+def _layout(name: str, run: dict, site: dict, problems: list[str]) -> tuple[int, int]:
+    """(nodes, ranks per node) for the run, or problems explaining why not."""
+    gpus, per_node = run["gpus"], site["gpus_per_node"]
+    if gpus == 0:
+        if run["device"] == "cuda":
+            problems.append(f"runs.{name}.device = 'cuda' needs gpus > 0; set gpus, or device: cpu")
+        if run["nodes"] not in (None, 1):
+            problems.append(f"runs.{name}.nodes = {run['nodes']}: CPU runs (gpus: 0) use one node; remove nodes")
+        if run["nproc_per_node"] not in (None, run["processes"]):
+            problems.append(
+                f"runs.{name}.nproc_per_node = {run['nproc_per_node']} differs from processes = "
+                f"{run['processes']}; set only processes for CPU runs"
+            )
+        return 1, run["processes"]
+
+    if gpus <= per_node:
+        nodes = 1
+    elif gpus % per_node:
+        lower, upper = gpus // per_node * per_node, math.ceil(gpus / per_node) * per_node
+        problems.append(
+            f"runs.{name}.gpus = {gpus} is impossible: a node has {per_node} GPUs, so more than {per_node} "
+            f"must be whole nodes (gres gpu:{gpus} on one node does not exist); ask for gpus: {lower} or {upper}"
+        )
+        return 1, per_node
+    else:
+        nodes = gpus // per_node
+    nproc = gpus // nodes
+    if run["nodes"] is not None and run["nodes"] != nodes:
+        if run["nodes"] * per_node < gpus:
+            why = f"{gpus} GPUs do not fit on {run['nodes']} node(s) of {per_node} GPUs"
+        else:
+            why = f"{gpus} GPUs take {nodes} node(s) with {nproc} GPUs each"
+        problems.append(f"runs.{name}.nodes = {run['nodes']} is impossible: {why}; set nodes: {nodes} or remove it")
+    if run["nproc_per_node"] is not None and run["nproc_per_node"] != nproc:
+        problems.append(
+            f"runs.{name}.nproc_per_node = {run['nproc_per_node']} differs from the {nproc} GPUs per node: "
+            f"each GPU needs exactly one process; set nproc_per_node: {nproc} or remove it"
+        )
+    return nodes, nproc
+
+
+def _batch(name: str, run: dict, world: int, problems: list[str]) -> dict:
+    glob, per_device = run["batch"]["global"], run["batch"]["per_device"]
+    step = per_device * world
+    if glob % step == 0:
+        return {"global": glob, "per_device": per_device, "grad_accum": glob // step}
+    lower, upper = max(step, glob // step * step), math.ceil(glob / step) * step
+    fixes = [f"batch.global: {v}" for v in sorted({lower, upper})]
+    if glob % world == 0:
+        per_rank = glob // world
+        divisors = [d for d in range(1, per_rank + 1) if per_rank % d == 0]
+        near = sorted(divisors, key=lambda d: abs(d - per_device))[:2]
+        fixes += [f"batch.per_device: {d}" for d in sorted(near)]
+    problems.append(
+        f"runs.{name}.batch.global = {glob} is not per_device ({per_device}) x world size ({world}) x "
+        f"gradient-accumulation steps; use " + " or ".join(fixes)
+    )
+    return {"global": glob, "per_device": per_device, "grad_accum": None}
+
+
+DIGITS_PATH = "datasets/digits"
+
+
+def _dataset_path(name: str, data: dict, scratch: Root, problems: list[str]) -> Path | None:
+    """The directory to stage, or None when there is nothing to stage (synthetic data)."""
+    if data["name"] == "synthetic":
+        return None
+    path = data["path"] or (DIGITS_PATH if data["name"] == "digits" else None)
+    if path is None:
+        if data["name"] == "npy":
+            problems.append(f"runs.{name}.data.path is required for data.name: npy (the shard directory)")
+        return None
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else scratch.path / path
+
+
+def _trainer_checks(name, run, device, problems) -> list[str]:
+    """Refusals and warnings about the trainer's options that need no model."""
+    if run["strategy"] == "fsdp":
+        _fsdp_checks(name, run, problems)
+    if run["fsdp_cpu_offload"] and device != "cuda":
+        problems.append(f"runs.{name}.fsdp_cpu_offload needs a GPU: without one there is nothing to offload "
+                        "from; remove it for CPU runs")
+    if run["fsdp_cpu_offload"] and run["strategy"] == "ddp":
+        problems.append(f"runs.{name}.fsdp_cpu_offload applies to FSDP only; set strategy: fsdp or remove it")
+    if run["model"]["name"] in ("vit", "gpt") and run["model"]["width"] % run["model"]["heads"]:
+        problems.append(f"runs.{name}.model.heads = {run['model']['heads']} does not divide model.width = "
+                        f"{run['model']['width']}")
+    warnings = []
+    if device == "cuda":
+        if run["model"]["width"] % 8:
+            warnings.append(f"run {name}: model.width = {run['model']['width']} is not a multiple of 8: "
+                            "tensor cores run slower on such shapes")
+        if run["batch"]["per_device"] % 8:
+            warnings.append(f"run {name}: batch.per_device = {run['batch']['per_device']} is not a multiple of 8: "
+                            "tensor cores run slower on such shapes")
+    elif run["compile"]:
+        warnings.append(f"run {name}: compile is ignored on CPU")
+    return warnings
+
+
+def _fsdp_checks(name, run, problems) -> None:
+    if run["precision"] == "fp16":
+        problems.append(f"runs.{name}.precision = 'fp16' with FSDP is not supported (it needs a sharded "
+                        "GradScaler); use precision: bf16, which needs no scaler")
+
+
+def resolve_strategy(plan: dict) -> dict:
+    """The plan with `strategy: auto` decided from the memory estimate (plan.json holds this).
+
+    Kept out of plan_run: the estimate imports torch, which would slow every `snakemake -n`.
+    """
+    from . import estimate
+
+    if plan["strategy"] != "auto":
+        return plan
+    run = plan["config"]
+    if plan["device"] == "cpu":
+        memory = {"decision": "ddp", "reason": "CPU run: no GPU memory budget applies; DDP"}
+    else:
+        memory = estimate.estimate(run, estimate.dataset_meta(run["data"], plan["dataset"]), plan["world_size"],
+                                   plan["batch"]["per_device"])
+    problems: list[str] = []
+    if memory["decision"] == "fsdp":
+        _fsdp_checks(plan["run"], run, problems)
+    if problems:
+        raise ConfigError(f"run {plan['run']!r} refused after the memory estimate chose FSDP "
+                          f"({memory['reason']}):\n  - " + "\n  - ".join(problems))
+    return {**plan, "strategy": memory["decision"], "memory_estimate": memory,
+            "activation_checkpointing": run["activation_checkpointing"] is True or (
+                run["activation_checkpointing"] == "auto" and memory["decision"] == "fsdp")}
+
+
+def _check_not_home(key: str, path: Path, explicit: bool, env, problems: list[str]) -> None:
+    home = env.get("HOME")
+    if explicit and home and is_under(path, home):
+        problems.append(
+            f"{key} = {path} is under $HOME ({home}): $HOME is small, slow NFS and must never hold "
+            "datasets or checkpoints; put it on $SCRATCH"
+        )
+
+
+def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
+    env = os.environ if env is None else env
+    cfg.check_name(name)
+    problems: list[str] = []
+    site = top["site"]
+    nodes, nproc = _layout(name, run, site, problems)
+    world = nodes * nproc
+    device = run["device"] if run["device"] != "auto" else ("cuda" if run["gpus"] else "cpu")
+    kind = "gpu" if run["gpus"] else "cpu"
+
+    cpus_per_rank = run["cpus_per_rank"] or DEFAULT_CPUS_PER_RANK[kind]
+    mem_gb_per_rank = run["mem_gb_per_rank"] or DEFAULT_MEM_GB_PER_RANK[kind]
+    cpus_per_node, mem_gb_per_node = cpus_per_rank * nproc, mem_gb_per_rank * nproc
+    if cpus_per_node > site["cores_per_node"]:
+        problems.append(
+            f"runs.{name}.cpus_per_rank = {cpus_per_rank} x {nproc} ranks per node = {cpus_per_node} cores, "
+            f"but a node has {site['cores_per_node']}; use cpus_per_rank: {site['cores_per_node'] // nproc}"
+        )
+    if mem_gb_per_node > site["mem_gb_per_node"]:
+        problems.append(
+            f"runs.{name}.mem_gb_per_rank = {mem_gb_per_rank} x {nproc} ranks per node = {mem_gb_per_node} GB, "
+            f"but a node has {site['mem_gb_per_node']} GB; use mem_gb_per_rank: {int(site['mem_gb_per_node'] // nproc)}"
+        )
+    batch = _batch(name, run, world, problems)
+    if run["gpus"] > site["max_gpus_per_user"]:
+        problems.append(f"runs.{name}.gpus = {run['gpus']} exceeds site.max_gpus_per_user = "
+                        f"{site['max_gpus_per_user']}: the job would never start; ask for at most that many")
+    total_min = sum(run["time_min"].values())
+    if total_min > site["max_wall_hours"] * 60:
+        problems.append(f"runs.{name}.time_min adds up to {total_min} min, over site.max_wall_hours = "
+                        f"{site['max_wall_hours']} h; shorten train (the run resumes from its checkpoint "
+                        "when resubmitted)")
+
+    margin = run["checkpoint"]["stop_margin_min"]
+    if margin >= total_min:
+        problems.append(f"runs.{name}.checkpoint.stop_margin_min = {margin} leaves no time to train in a job of "
+                        f"{total_min} min (time_min); lower it or raise time_min.train")
+
+    dataset = _dataset_path(name, run["data"], scratch, problems)
+    if dataset is not None:
+        data_path = Path(run["data"]["path"] or DIGITS_PATH)
+        _check_not_home(f"runs.{name}.data.path", dataset, data_path.is_absolute() or not scratch.fallback, env,
+                        problems)
+    _check_not_home("roots.scratch", scratch.path, not scratch.fallback, env, problems)
+    if top["roots"]["tmp_shared"]:
+        _check_not_home("roots.tmp_shared", Path(top["roots"]["tmp_shared"]), True, env, problems)
+
+    account = run["slurm"]["account"] or env.get("SBATCH_ACCOUNT") or None
+    if not run["slurm"]["account"] and account and not cfg.SLURM_NAME.match(account):
+        problems.append(f"$SBATCH_ACCOUNT = {account!r} is not a SLURM account name (letters, digits, '_', '.' "
+                        f"and '-'); fix the variable, or set runs.{name}.slurm.account")
+
+    warnings = _trainer_checks(name, run, device, problems)
+
+    if problems:
+        raise ConfigError(f"run {name!r} refused:\n  - " + "\n  - ".join(problems))
+
+    time_min = dict(run["time_min"])
+    plan = {
+        "run": name,
+        "device": device,
+        "backend": "nccl" if device == "cuda" else "gloo",
+        "gpus": run["gpus"],
+        "nodes": nodes,
+        "nproc_per_node": nproc,
+        "world_size": world,
+        "strategy": run["strategy"],  # auto is decided by resolve_strategy when plan.json is written
+        "activation_checkpointing": run["activation_checkpointing"] is True,
+        "memory_estimate": None,
+        "warnings": warnings,
+        "precision": run["precision"],
+        "batch": batch,
+        "cpus_per_rank": cpus_per_rank,
+        "cpus_per_node": cpus_per_node,
+        "mem_gb_per_node": mem_gb_per_node,
+        "time_min": {**time_min, "total": sum(time_min.values())},
+        "roots": {
+            "scratch": str(scratch.path),
+            "scratch_source": scratch.source,
+            "tmp_shared": top["roots"]["tmp_shared"],  # resolved inside the job
+        },
+        "dataset": str(dataset) if dataset else None,
+        "durable_dir": str(run_dir(scratch.path, name) / "checkpoints"),
+        "slurm": {
+            "partition": run["slurm"]["partition"],
+            # sbatch reads $SBATCH_ACCOUNT itself, but the executor would otherwise guess one
+            "account": account,
+            "nodes": nodes,
+            "tasks": nodes,
+            "cpus_per_task": cpus_per_node,
+            "mem_mb": int(mem_gb_per_node * 1024),
+            "gres": f"gpu:{nproc}" if run["gpus"] else None,
+            # The executor runs a rule that has an `mpi` resource unwrapped in the batch step, so
+            # the launcher can start its own `srun` across all nodes. Its MPI checks refuse
+            # tasks=1, so one node sets the key with an empty value (same launch path).
+            "mpi": "srun" if nodes > 1 else "",
+            # a requeued job appends to its log instead of truncating the first run's
+            "extra": "--open-mode=append" + (" --requeue" if run["checkpoint"]["requeue"] else ""),
+            # its own resource: the executor refuses --qos in slurm_extra (and then waits forever)
+            "qos": run["slurm"]["qos"],
+        },
+        "env": job_env(run, nodes, cpus_per_rank),
+        "config": run,
+    }
+    plan["torchrun"] = torchrun_args(plan)
+    return plan
+
+
+def job_env(run: dict, nodes: int, cpus_per_rank: int) -> dict:
+    """Environment every rank gets: what Aire's guidance asks of multi-GPU jobs (README, "On Aire")."""
+    env = {
+        "OMP_NUM_THREADS": str(cpus_per_rank),
+        "MKL_NUM_THREADS": str(cpus_per_rank),
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        # without it torchrun's restarted workers reconnect to the dead worker's store (README, "Dead workers")
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    }
+    if run["train"]["deterministic"]:   # cuBLAS reads it when CUDA starts: it must be in the environment
+        env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    if nodes > 1:
+        env.update({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "WARN"})
+        if run["slurm"]["nccl_socket_ifname"]:
+            env["NCCL_SOCKET_IFNAME"] = run["slurm"]["nccl_socket_ifname"]
+    return env
+
+
+def torchrun_args(plan: dict) -> list[str]:
+    """torchrun's arguments. Multi-node ones hold shell variables that each SLURM task expands."""
+    args = [f"--nnodes={plan['nodes']}", f"--nproc_per_node={plan['nproc_per_node']}",
+            f"--max-restarts={plan['config']['checkpoint']['max_restarts']}"]
+    if plan["nodes"] == 1:
+        return ["--standalone", *args]
+    return [
+        *args,
+        "--node_rank=$SLURM_NODEID",
+        "--rdzv_backend=c10d",
+        "--rdzv_id=$SLURM_JOB_ID",
+        "--rdzv_endpoint=$AIRETRAIN_MASTER_ADDR:$AIRETRAIN_MASTER_PORT",
+    ]
+
+
+def plan_all(config: dict, env=None, scratch: Root | None = None) -> dict[str, dict]:
+    """Plan every run in one process; all refusals are reported together.
+
+    scratch: the durable root already decided where the workflow was planned (see plan_workflow);
+    without it the root is resolved here, from the config and the environment."""
+    top, runs = cfg.resolve(config)
+    scratch = scratch or durable_root(top["roots"]["scratch"], env)
+    plans, problems = {}, []
+    for name, run in runs.items():
+        try:
+            plans[name] = plan_run(name, run, top, scratch, env)
+        except ConfigError as e:
+            problems.append(str(e))
+    if problems:
+        raise ConfigError("\n".join(problems))
+    for warning in [w for p in plans.values() for w in p["warnings"]] + plan_warnings(plans, top):
+        log.warning(warning)
+    return plans
+
+
+def plan_workflow(config: dict, in_job: bool, results: str | Path = "results") -> dict[str, dict]:
+    """The plans of a Snakemake parse: on the submit host from the config and the environment; inside a
+    job with the durable root of the newest results/<run>/plan.json (written by this invocation's
+    plan rules, which run on the submit host before any job)."""
+    return plan_all(config, scratch=planned_scratch(results) if in_job else None)
+
+
+def planned_scratch(results: str | Path) -> Root | None:
+    """The durable root recorded in the newest readable results/<run>/plan.json, if there is one.
+
+    Snakemake parses the workflow again inside every job, where the environment differs (SLURM_JOB_ID,
+    the job's own TMPDIR, perhaps another $SCRATCH): the job must plan with the root the submit host
+    decided, or it looks for the dataset somewhere else and no durable copy lands where it was planned."""
+    import json
+
+    for path in sorted(Path(results).glob("*/plan.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            roots = json.loads(path.read_text())["roots"]
+        except (OSError, ValueError, KeyError):
+            continue
+        return Root(Path(roots["scratch"]), roots["scratch_source"])
+    return None
+
+
+def datasets_to_prepare(plans: dict[str, dict]) -> list[str]:
+    """The built-in datasets the workflow writes before staging (digits), by path: once each."""
+    return sorted({p["dataset"] for p in plans.values() if p["config"]["data"]["name"] == "digits"})
+
+
+def plan_warnings(plans: dict[str, dict], top: dict) -> list[str]:
+    """What will work, but not as the user may expect."""
+    warnings = []
+    demand = sum(p["gpus"] for p in plans.values())
+    limit = top["site"]["max_gpus_per_user"]
+    if demand > limit:
+        warnings.append(f"these {len(plans)} runs ask for {demand} GPUs together, over the per-user limit of "
+                        f"{limit} (site.max_gpus_per_user): at most {limit} GPUs run at once, the rest queue")
+    return warnings
+
+
+def format_table(plans: dict[str, dict]) -> str:
+    """One line per run: what it asks for and how its batch is made."""
+    header = ["run", "device", "world", "nodes", "ranks/node", "gres", "cores/node", "mem/node",
+              "time", "global = per_device x world x accum", "strategy", "precision"]
+    rows = []
+    for name, p in plans.items():
+        b = p["batch"]
+        rows.append([
+            name, p["device"], str(p["world_size"]), str(p["nodes"]), str(p["nproc_per_node"]),
+            p["slurm"]["gres"] or "-", str(p["cpus_per_node"]), f"{p['mem_gb_per_node']:g}G",
+            f"{p['time_min']['total']}m",
+            f"{b['global']} = {b['per_device']} x {p['world_size']} x {b['grad_accum']}",
+            p["strategy"], p["precision"],
+        ])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])

@@ -1,0 +1,348 @@
+"""The files that pass between the steps, each defined once, and the run record.
+
+Each record below is what one step writes and the next ones read: the writer and every reader go
+through write_record/read_record, which refuse a file whose keys differ from the definition. The
+field docs are the documentation: docs/outputs.md is generated from them (`python -m airetrain.records`).
+
+The run record (results/<run>/run.json) makes a run reproducible: resolved config and its hash, the
+seed, the workflow's git commit and dirty flag, the versions that matter, the hosts, and every
+session of the run (each SLURM job id, requeues included), which the trainer appends to
+<scratch>/airetrain/<run>/sessions.jsonl as it starts.
+"""
+import hashlib
+import json
+import platform
+import subprocess
+import sys
+import time
+import typing
+from importlib import metadata
+from pathlib import Path
+from typing import Annotated as Doc, NotRequired, Optional, TypedDict
+
+from .fsutil import read_json, write_json_atomic
+
+STOPPED = "STOPPED"   # in results/<run>/: the run stopped early with a durable checkpoint and will resume
+
+
+class RecordError(ValueError):
+    pass
+
+
+Batch = TypedDict("Batch", {
+    "global": Doc[int, "samples per optimizer step, all ranks"],
+    "per_device": Doc[int, "samples per forward pass on one rank"],
+    "grad_accum": Doc[int, "micro-batches per optimizer step: global / (per_device x world_size)"],
+})
+
+
+class PlanRoots(TypedDict):
+    scratch: Doc[str, "the durable root: roots.scratch, else $SCRATCH, else ./.airetrain/scratch"]
+    scratch_source: Doc[str, "where the durable root came from (roots.scratch, $SCRATCH, working directory)"]
+    tmp_shared: Doc[Optional[str], "roots.tmp_shared as configured; the fast root itself is resolved in the job"]
+
+
+class SlurmRequest(TypedDict):
+    partition: Doc[str, "SLURM partition"]
+    account: Doc[Optional[str], "account: runs.<run>.slurm.account, else $SBATCH_ACCOUNT, else none"]
+    nodes: Doc[int, "nodes"]
+    tasks: Doc[int, "tasks: one per node (torchrun starts the ranks)"]
+    cpus_per_task: Doc[int, "cores per node"]
+    mem_mb: Doc[int, "memory per node, MB"]
+    gres: Doc[Optional[str], "gpu:<n> per node, or none"]
+    mpi: Doc[str, "'srun' on several nodes (the launch runs its own srun); empty on one"]
+    extra: Doc[str, "further sbatch options (--open-mode=append, --requeue)"]
+    qos: Doc[Optional[str], "quality of service, or none (the account's default)"]
+
+
+class PlanRecord(TypedDict):
+    """results/<run>/plan.json: the resolved run, written by the plan step."""
+    run: Doc[str, "run name"]
+    device: Doc[str, "cuda or cpu"]
+    backend: Doc[str, "nccl or gloo"]
+    gpus: Doc[int, "GPUs, all nodes"]
+    nodes: Doc[int, "nodes"]
+    nproc_per_node: Doc[int, "ranks per node"]
+    world_size: Doc[int, "ranks"]
+    strategy: Doc[str, "ddp or fsdp (auto is decided when plan.json is written)"]
+    activation_checkpointing: Doc[bool, "whether blocks recompute their activations in the backward pass"]
+    memory_estimate: Doc[Optional[dict], "the per-GPU memory estimate behind strategy: auto"]
+    warnings: Doc[list, "what the plan accepted but would not advise"]
+    precision: Doc[str, "bf16, fp16 or fp32"]
+    batch: Doc[Batch, "the batch arithmetic"]
+    cpus_per_rank: Doc[int, "cores per rank"]
+    cpus_per_node: Doc[int, "cores per node"]
+    mem_gb_per_node: Doc[float, "memory per node, GB"]
+    time_min: Doc[dict, "minutes per step (stage, train, promote) and their total, the job's limit"]
+    roots: Doc[PlanRoots, "the storage roots"]
+    dataset: Doc[Optional[str], "the dataset directory on the durable root, or none (synthetic)"]
+    durable_dir: Doc[str, "<scratch>/airetrain/<run>/checkpoints: where checkpoints are kept"]
+    slurm: Doc[SlurmRequest, "what the job asks SLURM for"]
+    env: Doc[dict, "environment variables set for the training processes"]
+    config: Doc[dict, "the run's complete config, defaults filled in"]
+    torchrun: Doc[list, "torchrun's arguments"]
+
+
+class StageRecord(TypedDict):
+    """results/<run>/stage.json: where the data was staged, written by the stage step."""
+    source: Doc[Optional[str], "the dataset on the durable root (none: synthetic, nothing staged)"]
+    target: Doc[Optional[str], "its copy on the fast root, which the trainer reads"]
+    files: Doc[int, "files in the dataset"]
+    bytes: Doc[int, "bytes in the dataset"]
+    copied_files: Doc[int, "files copied this time (the others were unchanged)"]
+    copied_bytes: Doc[int, "bytes copied this time"]
+    seconds: Doc[float, "wall seconds of the stage"]
+    mb_per_s: Doc[Optional[float], "copy rate, MB/s"]
+    mode: Doc[str, "copied, unchanged, or none (synthetic)"]
+    engine: Doc[Optional[str], "cp (parallel GNU cp) or python; none when nothing was copied"]
+    sha256_verified: Doc[bool, "whether every copied byte was checked against the sha256s"]
+    fast_root: Doc[str, "the fast root used: roots.tmp_shared, $TMP_SHARED, the job's $TMPDIR, or a fallback"]
+    fast_root_source: Doc[str, "where the fast root came from"]
+    host: Doc[Optional[str], "the host that staged (the first node's, when every node staged)"]
+    nodes: Doc[Optional[dict], "per host, its own stage record, when node-local storage was staged on each node"]
+
+
+class TrainRecord(TypedDict):
+    """results/<run>/train.json: what the trainer did and measured, written by rank 0 at the end."""
+    run: Doc[str, "run name"]
+    world_size: Doc[int, "ranks"]
+    nodes: Doc[int, "nodes"]
+    strategy: Doc[str, "ddp or fsdp"]
+    precision: Doc[str, "bf16, fp16 or fp32"]
+    device: Doc[str, "cuda or cpu"]
+    global_batch: Doc[int, "samples per optimizer step"]
+    per_device_batch: Doc[int, "samples per forward pass on one rank"]
+    grad_accum: Doc[int, "micro-batches per optimizer step"]
+    steps: Doc[int, "optimizer steps done, all sessions"]
+    steps_this_session: Doc[int, "optimizer steps done in this session (after a resume: since it)"]
+    epochs: Doc[int, "epochs configured"]
+    resumed_from_step: Doc[int, "the step this session resumed from (0: a fresh start)"]
+    train_seconds: Doc[float, "seconds of the training loop, save stalls included"]
+    samples_per_s: Doc[Optional[float], "training throughput, all ranks"]
+    tokens_per_s: Doc[Optional[float], "tokens per second, for sequence models"]
+    step_time_s: Doc[Optional[float], "seconds per optimizer step"]
+    data_wait_s_per_step: Doc[Optional[float], "seconds per step waiting for the data loader (rank 0)"]
+    compute_s_per_step: Doc[Optional[float], "seconds per step not waiting for data (rank 0)"]
+    flops_per_step: Doc[int, "model FLOPs of one optimizer step, all ranks"]
+    achieved_tflops: Doc[Optional[float], "model TFLOP/s achieved, all ranks"]
+    mfu: Doc[Optional[float], "model FLOPs utilisation against the GPUs' bf16 peak (0-1; GPU only)"]
+    peak_tflops_per_gpu: Doc[Optional[float], "the GPU's dense bf16 peak, TFLOP/s"]
+    gpu_util_mean: Doc[Optional[float], "mean GPU utilisation from NVML, %, all ranks"]
+    gpu_mem_peak_bytes: Doc[Optional[int], "GPU memory peak from NVML, bytes"]
+    memory_estimate: Doc[Optional[dict], "the plan's per-GPU memory estimate"]
+    activation_checkpointing: Doc[bool, "whether activation checkpointing was on"]
+    data_wait_frac: Doc[float, "share of step time waiting for the data loader, mean over ranks (0-1)"]
+    peak_mem_bytes: Doc[int, "peak memory of the busiest rank: CUDA allocator peak, or peak RSS on CPU"]
+    final_loss: Doc[Optional[float], "training loss over the last logged window, mean over ranks"]
+    eval_loss: Doc[float, "mean loss on the held-out split"]
+    eval_accuracy: Doc[float, "accuracy on the held-out split"]
+    slurm_job_id: Doc[Optional[str], "the SLURM job (none outside SLURM)"]
+    hostnames: Doc[list, "the hosts of every rank"]
+    launch_host: Doc[str, "the host of rank 0"]
+    torch_version: Doc[str, "torch's version"]
+    environment: Doc[dict, "the environment variables the plan set, as the trainer saw them"]
+    checkpoint: Doc[dict, "the final checkpoint: path, kind (file or dcp), size, sha256(s), step"]
+    checkpoint_saves: Doc[int, "checkpoints saved this session"]
+    checkpoint_stall_s_mean: Doc[Optional[float], "seconds training waited per save"]
+    checkpoint_final_wait_s: Doc[float, "the last save's background tail, outside train_seconds"]
+
+
+class StopRecord(TypedDict):
+    """results/<run>/STOPPED: present while a run that stopped early (deadline, SIGTERM) waits to resume."""
+    reason: Doc[str, "deadline or signal"]
+    step: Doc[int, "the step the run stopped after"]
+    of_steps: Doc[int, "the run's total steps"]
+    checkpoint: Doc[dict, "the durable checkpoint it resumes from"]
+    time: Doc[float, "when it stopped (Unix time)"]
+
+
+class CheckpointRecord(TypedDict):
+    """results/<run>/checkpoint.json: the durable checkpoint, written by the promote step."""
+    file: Doc[str, "file or directory name"]
+    kind: Doc[str, "file (one torch.save file) or dcp (a torch.distributed.checkpoint directory)"]
+    step: Doc[int, "optimizer step"]
+    epoch: Doc[int, "epoch"]
+    size: Doc[int, "bytes"]
+    sha256: Doc[str, "the file's sha256; for dcp, the sha256 of its files' sha256s"]
+    files: NotRequired[Doc[dict, "each file's sha256 (kind dcp)"]]
+    fingerprint: Doc[str, "sha256 of the config it was trained with: a changed config does not resume from it"]
+    path: Doc[str, "the durable copy on the scratch root"]
+    source: Doc[str, "where it was copied from"]
+    mode: Doc[str, "copied, already durable, or written there"]
+    verified: Doc[bool, "its bytes were hashed and it loaded with weights_only=True"]
+
+
+class RunRecord(TypedDict):
+    """results/<run>/run.json: the run record, written by the promote step."""
+    run: Doc[str, "run name"]
+    config: Doc[dict, "the resolved config"]
+    config_sha256: Doc[str, "its sha256 (sorted-key JSON)"]
+    seed: Doc[int, "train.seed"]
+    workflow: Doc[dict, "the workflow's git commit and whether tracked files differed from it"]
+    versions: Doc[dict, "python, torch, CUDA, NCCL, Snakemake, its SLURM plugin, airetrain"]
+    hostnames: Doc[list, "every host the run used, all sessions"]
+    slurm_job_ids: Doc[list, "every SLURM job of the run, requeues included"]
+    sessions: Doc[list, "every start of the training: job id, time, step it resumed from, hosts"]
+    stops: Doc[list, "every early stop: job id, reason, step, time, and what followed"]
+    checkpoint: Doc[Optional[dict], "the final checkpoint"]
+
+
+RECORDS = {"plan.json": PlanRecord, "stage.json": StageRecord, "train.json": TrainRecord,
+           "checkpoint.json": CheckpointRecord, "run.json": RunRecord, STOPPED: StopRecord}
+
+
+def _nested(kind) -> dict[str, type]:
+    """The fields of kind whose values are records themselves."""
+    hints = typing.get_type_hints(kind)
+    return {k: t for k, t in hints.items() if typing.is_typeddict(t)}
+
+
+def check(kind, data: dict, where: str = "") -> dict:
+    """data, if its keys are exactly kind's (nested records too); else RecordError naming the keys."""
+    name = where or kind.__name__
+    if not isinstance(data, dict):
+        raise RecordError(f"{name}: expected an object with the fields of {kind.__name__}, got {type(data).__name__}")
+    missing = sorted(kind.__required_keys__ - data.keys())
+    unknown = sorted(data.keys() - kind.__required_keys__ - kind.__optional_keys__)
+    if missing or unknown:
+        raise RecordError(f"{name} is not a {kind.__name__}: " + "; ".join(
+            part for part in (missing and f"missing {', '.join(missing)}",
+                              unknown and f"unknown {', '.join(unknown)}") if part))
+    for key, sub in _nested(kind).items():
+        if data.get(key) is not None:
+            check(sub, data[key], f"{name}.{key}")
+    return data
+
+
+def write_record(path: str | Path, kind, data: dict) -> None:
+    write_json_atomic(path, check(kind, data, str(path)))
+
+
+def read_record(path: str | Path, kind) -> dict:
+    return check(kind, read_json(path), str(path))
+
+
+def fields(kind) -> dict[str, str]:
+    """Each field of kind and its doc."""
+    hints = typing.get_type_hints(kind, include_extras=True)
+    plain = {k: typing.get_args(t)[0] if typing.get_origin(t) is NotRequired else t for k, t in hints.items()}
+    return {k: t.__metadata__[0] + ("" if k in kind.__required_keys__ else " (not always present)")
+            for k, t in plain.items()}
+
+
+def outputs_markdown() -> str:
+    """docs/outputs.md: every record's fields, from the definitions above."""
+    lines = ["# Files between the steps", "",
+             "Generated from `airetrain/records.py` by `python -m airetrain.records > docs/outputs.md`;",
+             "a test fails when the two differ.", ""]
+    seen = []
+    for filename, kind in RECORDS.items():
+        lines += [f"## `{filename}`: {kind.__name__}", "", kind.__doc__.strip(), "", "| field | what |",
+                  "| --- | --- |"]
+        lines += [f"| `{k}` | {doc} |" for k, doc in fields(kind).items()]
+        lines.append("")
+        seen += [t for t in _nested(kind).values() if t not in seen]
+    for kind in seen:
+        lines += [f"### {kind.__name__}", "", "| field | what |", "| --- | --- |"]
+        lines += [f"| `{k}` | {doc} |" for k, doc in fields(kind).items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+SESSIONS = "sessions.jsonl"
+
+
+def config_hash(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def versions() -> dict:
+    import torch
+
+    def dist_version(name: str):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    nccl = None
+    if torch.cuda.is_available():
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "snakemake": dist_version("snakemake"),
+        "snakemake-executor-plugin-slurm": dist_version("snakemake-executor-plugin-slurm"),
+        "airetrain": dist_version("airetrain"),
+    }
+
+
+def git_state(directory: str | Path) -> dict:
+    """The workflow's commit and whether its tracked files differ from it (None outside git)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=30)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode:
+            return {"commit": None, "dirty": None}
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+        return {"commit": head.stdout.strip(), "dirty": dirty}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def record_session(run_dir: str | Path, job_id: str | None, resumed_from_step: int, hosts: list[str]) -> None:
+    """Append this start of the run to its durable session log (survives requeues and reruns)."""
+    path = Path(run_dir) / SESSIONS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps({"slurm_job_id": job_id, "started": time.time(), "resumed_from_step": resumed_from_step,
+                            "hostnames": hosts}) + "\n")
+
+
+STOPS = "stops.jsonl"
+
+
+def record_stop(run_dir: str | Path, stopped: dict, job_id: str | None, action: str) -> None:
+    """Append an early stop (deadline, signal) and what followed (requeued, exit code) to the durable
+    run directory: Snakemake deletes the rule's log when the requeued job runs the rule again."""
+    path = Path(run_dir) / STOPS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps({"slurm_job_id": job_id, "reason": stopped["reason"], "step": stopped["step"],
+                            "time": time.time(), "action": action}) + "\n")
+
+
+def stops(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / STOPS
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def sessions(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / SESSIONS
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def run_record(plan: dict, train: dict, workflow_dir: str | Path, run_dir: str | Path) -> RunRecord:
+    runs = sessions(run_dir)
+    job_ids = list(dict.fromkeys(s["slurm_job_id"] for s in runs if s["slurm_job_id"]))
+    return {
+        "run": plan["run"],
+        "config": plan["config"],
+        "config_sha256": config_hash(plan["config"]),
+        "seed": plan["config"]["train"]["seed"],
+        "workflow": git_state(workflow_dir),
+        "versions": versions(),
+        "hostnames": sorted({h for s in runs for h in s["hostnames"]} | set(train.get("hostnames", []))),
+        "slurm_job_ids": job_ids,
+        "sessions": runs,
+        "stops": stops(run_dir),
+        "checkpoint": train.get("checkpoint"),
+    }
+
+
+if __name__ == "__main__":
+    sys.stdout.write(outputs_markdown())

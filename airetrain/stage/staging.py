@@ -1,0 +1,51 @@
+"""The stage step: the run's dataset onto the fast root, once per job or on every node, and stage.json.
+
+Once per job on storage every node of the job sees ($TMP_SHARED, roots.tmp_shared); on each node
+where the fast root is node-local (the job's $TMPDIR) and the job spans several nodes.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from ..fsutil import read_json
+from ..plan.roots import Root, fast_root, run_dir
+from ..records import StageRecord, read_record, write_record
+from .copy import stage
+
+
+def stage_record(copied: dict | None, fast: Root, host: str | None, nodes: dict | None = None) -> StageRecord:
+    """stage.json from what the copy did (None: nothing to stage, the data is synthetic)."""
+    copied = copied or {"source": None, "target": None, "files": 0, "bytes": 0, "copied_files": 0,
+                        "copied_bytes": 0, "seconds": 0.0, "mb_per_s": None, "mode": "none", "engine": None,
+                        "sha256_verified": False}
+    return StageRecord(**copied, fast_root=str(fast.path), fast_root_source=fast.source, host=host, nodes=nodes)
+
+
+def stage_run(plan_path: str, out: str | Path, this_node: bool = False) -> StageRecord:
+    """Stage the run of plan_path and write its stage.json to out (this_node: this node's part only)."""
+    from ..train.launch import on_every_node
+
+    plan = read_json(plan_path)
+    fast = fast_root(plan["roots"]["tmp_shared"])
+    out = Path(out)
+    if plan["dataset"] is None:  # synthetic data: made in memory by the trainer
+        record = stage_record(None, fast, None)
+        print("nothing to stage: the dataset is synthetic")
+    elif fast.node_local and plan["nodes"] > 1 and os.environ.get("SLURM_JOB_ID") and not this_node:
+        print(f"{fast.path} is node-local: staging on each of {plan['nodes']} nodes", flush=True)
+        on_every_node(plan, ["stage", "--plan", plan_path, "--out", str(out), "--this-node"])
+        per_node = {p.stem.split(".", 1)[1]: read_record(p, StageRecord)
+                    for p in sorted(out.parent.glob(f"{out.stem}.*.json"))}
+        record = {**per_node[min(per_node)], "nodes": per_node}
+    else:
+        target = run_dir(fast.path, plan["run"]) / "data"
+        copied = stage(plan["dataset"], target, verify_sha256=plan["config"]["data"]["verify_sha256"])
+        record = stage_record(copied, fast, socket.gethostname())
+        print(f"staged {record['files']} files ({record['bytes'] / 1e6:.1f} MB) to {target} on {record['host']}: "
+              f"{record['mode']}, {record['seconds']:.2f} s", flush=True)
+        if this_node:
+            out = out.with_name(f"{out.stem}.{record['host']}.json")
+    write_record(out, StageRecord, record)
+    return record

@@ -1,0 +1,125 @@
+"""The torch Datasets the trainer reads: staged .npy shards, synthetic data, and user datasets.
+
+The shard layout is written by airetrain.stage.datasets (see there).
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+
+class NpyShards(Dataset):
+    """One split of a shard directory, memory-mapped: nothing is read until it is indexed."""
+
+    def __init__(self, root: str | Path, split: str):
+        self.meta = read_meta(root)
+        directory = Path(root) / split
+        xs = sorted(directory.glob("x-*.npy"))
+        if not xs:
+            raise FileNotFoundError(f"no shards x-*.npy in {directory}")
+        self.x = [np.load(p, mmap_mode="r") for p in xs]
+        self.y = [np.load(p.with_name("y" + p.name[1:]), mmap_mode="r") for p in xs]
+        self.ends = list(np.cumsum([len(a) for a in self.x]))
+
+    def __len__(self) -> int:
+        return int(self.ends[-1])
+
+    def __getitem__(self, index: int):
+        shard = bisect.bisect_right(self.ends, index)
+        offset = index - (self.ends[shard - 1] if shard else 0)
+        return torch.from_numpy(np.array(self.x[shard][offset])), int(self.y[shard][offset])
+
+
+def read_meta(root: str | Path) -> dict:
+    return json.loads((Path(root) / "meta.json").read_text())
+
+
+class Synthetic(Dataset):
+    """Random inputs for benchmarks: images with labels, or token sequences (vocab given).
+
+    A fixed pool of 1,024 random items (seeded) is indexed modulo its size, so any number of
+    samples costs no memory and every rank sees the same data for the same index.
+    """
+
+    POOL = 1024
+
+    def __init__(self, cfg: dict, split: str):
+        self.samples = cfg["samples"] if split == "train" else max(cfg["samples"] // 10, 1)
+        g = torch.Generator().manual_seed(0 if split == "train" else 1)
+        if cfg["vocab"]:
+            self.meta = {"vocab": cfg["vocab"], "seq_len": cfg["seq_len"], "classes": cfg["vocab"]}
+            self.pool = torch.randint(cfg["vocab"], (self.POOL, cfg["seq_len"] + 1), generator=g)
+        else:
+            self.meta = {"shape": list(cfg["shape"]), "classes": cfg["classes"]}
+            self.pool = torch.randn(self.POOL, *cfg["shape"], generator=g)
+            self.labels = torch.randint(cfg["classes"], (self.POOL,), generator=g)
+
+    def __len__(self) -> int:
+        return self.samples
+
+    def __getitem__(self, index: int):
+        item = self.pool[index % self.POOL]
+        if self.meta.get("vocab"):
+            return item[:-1], item[1:]
+        return item, int(self.labels[index % self.POOL])
+
+
+class PerSampleSeeds(Dataset):
+    """A user's dataset whose __getitem__ may draw random numbers (augmentations) from python's,
+    numpy's or torch's global generator. Each sample's draws are seeded from (seed, epoch, index),
+    so they replay exactly after a mid-epoch resume and do not depend on how many loader workers
+    there are or which one loads the sample. The sampler passes keys: epoch * len + index."""
+
+    def __init__(self, dataset: Dataset, seed: int):
+        self.dataset, self.seed, self.meta = dataset, seed, dataset.meta
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: int):
+        epoch, index = divmod(key, len(self.dataset))
+        sample_seed = hash((self.seed, epoch, index)) & 0xFFFF_FFFF   # ints hash the same in every process
+        # in the training process (no loader workers) the training's own random streams must not move
+        saved = None if get_worker_info() else (random.getstate(), np.random.get_state(),
+                                                  torch.default_generator.get_state())
+        random.seed(sample_seed)
+        np.random.seed(sample_seed)
+        torch.default_generator.manual_seed(sample_seed)   # not torch.manual_seed: leave CUDA's alone
+        try:
+            return self.dataset[index]
+        finally:
+            if saved:
+                random.setstate(saved[0])
+                np.random.set_state(saved[1])
+                torch.default_generator.set_state(saved[2])
+
+
+def is_user_dataset(cfg: dict) -> bool:
+    return ":" in cfg["name"]
+
+
+def build_datasets(cfg: dict, root: str | None) -> tuple[Dataset, Dataset, dict]:
+    """(train, test, meta) for the `data:` config; root is the staged copy (None if nothing staged).
+
+    A user dataset is `name: "package.module:function"`, called as function(split, root) and
+    returning a torch Dataset with a `meta` dict: {"shape", "classes"} or {"vocab", "seq_len"}.
+    """
+    from .models import import_callable
+
+    name = cfg["name"]
+    if name == "synthetic":
+        train, test = Synthetic(cfg, "train"), Synthetic(cfg, "test")
+    elif is_user_dataset(cfg):
+        builder = import_callable(name)
+        train, test = builder("train", root), builder("test", root)
+    else:  # digits and npy: shards on the scratch root, staged
+        train, test = NpyShards(root, "train"), NpyShards(root, "test")
+    if not isinstance(getattr(train, "meta", None), dict):
+        raise TypeError(f"dataset {name!r} must have a `meta` dict with shape and classes (or vocab and seq_len)")
+    return train, test, train.meta

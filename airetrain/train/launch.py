@@ -1,0 +1,124 @@
+"""Build and run the torchrun command for a plan: locally, or as a SLURM step on the allocation.
+
+Inside SLURM one path serves every size: `srun -N <nodes> --ntasks-per-node=1 bash -c 'exec torchrun ...'`.
+It makes torchrun each step's task leader, so SLURM's SIGTERM reaches it and it forwards it to the
+workers; the Snakemake executor strips SLURM_* from the rule's shell, so each task reads its own
+node rank and the node list from the environment srun gives it.
+
+After the launch: a run the trainer stopped at its deadline (results/<run>/STOPPED) requeues its own
+job with `scontrol requeue`, or exits 75 where it cannot, so that Snakemake's --retries resubmits it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..records import STOPPED, StopRecord, read_record, record_stop
+
+
+def torchrun_command(plan: dict, script: str, script_args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *plan["torchrun"], script, *script_args]
+
+
+def srun_per_node(plan: dict, env=None) -> list[str]:
+    """A step of one task on every node of the job (the rule's shell has lost SLURM_* but the job id)."""
+    env = os.environ if env is None else env
+    return [
+        "srun", f"--jobid={env['SLURM_JOB_ID']}", f"--nodes={plan['nodes']}",
+        f"--ntasks={plan['nodes']}", "--ntasks-per-node=1", f"--cpus-per-task={plan['cpus_per_node']}",
+        "--kill-on-bad-exit=1",
+    ]
+
+
+def srun_command(plan: dict, inner: list[str], env=None) -> list[str]:
+    """One task per node runs torchrun; shell variables in the torchrun args expand in each task."""
+    exports = "export AIRETRAIN_MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1); "
+    # rendezvous port from the job id, as Aire users do: distinct jobs rarely collide on a node
+    exports += "export AIRETRAIN_MASTER_PORT=$((10000 + SLURM_JOB_ID % 20000)); "
+    # our own torchrun args carry $VARIABLES meant for the task's shell; everything else is quoted
+    words = [w if w.startswith("--") and "$" in w else shlex.quote(w) for w in inner]
+    return [*srun_per_node(plan, env), "bash", "-c", exports + "exec " + " ".join(words)]
+
+
+def command(plan: dict, script: str, script_args: list[str], env=None) -> list[str]:
+    env = os.environ if env is None else env
+    inner = torchrun_command(plan, script, script_args)
+    return srun_command(plan, inner, env) if env.get("SLURM_JOB_ID") else inner
+
+
+def on_every_node(plan: dict, argv: list[str]) -> None:
+    """Run `python -m airetrain <argv>` once on each node of the job (e.g. staging to node-local disk)."""
+    subprocess.run([*srun_per_node(plan), sys.executable, "-m", "airetrain", *argv], check=True)
+
+
+EXIT_STOPPED = 75   # EX_TEMPFAIL: stopped with a durable checkpoint, not requeued; run it again to resume
+
+
+def job_restarts(job_id: str) -> int:
+    """How many times SLURM has requeued this job (`scontrol show job`'s Restarts=)."""
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    match = re.search(r"\bRestarts=(\d+)", out)
+    return int(match.group(1)) if match else 0
+
+
+def continue_stopped(plan: dict, stopped: dict, env) -> int:
+    """The trainer stopped early with a durable checkpoint: requeue this job, or say how to go on."""
+    code, action = _continue(plan, stopped, env)
+    record_stop(Path(plan["durable_dir"]).parent, stopped, env.get("SLURM_JOB_ID"), action)
+    if action == "requeued":
+        time.sleep(600)   # SLURM ends this job now; nothing more to do until then
+    return code
+
+
+def _continue(plan: dict, stopped: dict, env) -> tuple[int, str]:
+    cfg = plan["config"]["checkpoint"]
+    job_id = env.get("SLURM_JOB_ID")
+    print(f"training stopped ({stopped['reason']}) at step {stopped['step']} of {stopped['of_steps']}; "
+          f"checkpoint {stopped['checkpoint']['path']} is durable", flush=True)
+    if not job_id:
+        print("not in a SLURM job: run the same command again to resume", flush=True)
+        return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
+    if stopped["reason"] != "deadline":   # scancel or preemption: SLURM decides what happens next
+        return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
+    if not cfg["requeue"]:
+        print(f"checkpoint.requeue is false: exiting {EXIT_STOPPED}; Snakemake's --retries resubmits it", flush=True)
+        return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
+    restarts = job_restarts(job_id)
+    if restarts >= cfg["max_requeues"]:
+        print(f"job {job_id} was requeued {restarts} times already (checkpoint.max_requeues = "
+              f"{cfg['max_requeues']}): not again; resubmit to continue", flush=True)
+        return 1, "exit 1: max_requeues reached"
+    proc = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"scontrol requeue {job_id} was refused ({proc.stderr.strip()}): exiting {EXIT_STOPPED} "
+              "so that Snakemake's --retries resubmits the run", flush=True)
+        return EXIT_STOPPED, f"exit {EXIT_STOPPED}: requeue refused"
+    print(f"requeued job {job_id} (restart {restarts + 1} of at most {cfg['max_requeues']}); "
+          "SLURM ends this run of it now", flush=True)
+    return EXIT_STOPPED, "requeued"
+
+
+def run(plan: dict, script: str, script_args: list[str], out: str) -> int:
+    """Run the launch, then continue a run that stopped early. Returns the exit code.
+
+    Locally a SIGTERM to this process is passed on to torchrun (which passes it to the workers);
+    in a SLURM job, SLURM signals the step itself, so it is not sent twice."""
+    env = {**os.environ, **plan["env"]}
+    cmd = command(plan, script, script_args, env)
+    marker = Path(out) / STOPPED
+    marker.unlink(missing_ok=True)
+    print("launch:", shlex.join(cmd), flush=True)
+    child = subprocess.Popen(cmd, env=env)
+    in_slurm = bool(env.get("SLURM_JOB_ID"))
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if in_slurm else lambda *_: child.send_signal(signal.SIGTERM))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal's Ctrl-C reaches torchrun itself
+    code = child.wait()
+    if marker.exists():
+        return continue_stopped(plan, read_record(marker, StopRecord), env)
+    return code

@@ -1,0 +1,74 @@
+"""The training data as the loop sees it: the staged datasets, split across ranks, resumable mid-epoch."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from . import datasets
+
+
+class ResumableSampler(DistributedSampler):
+    """DistributedSampler that can begin an epoch part-way: after a mid-epoch resume it skips the
+    samples already trained on, without loading them. With keyed, it yields epoch * len + index
+    (what datasets.PerSampleSeeds takes)."""
+    start = 0
+    keyed = False
+
+    def __iter__(self):
+        indices = itertools.islice(super().__iter__(), self.start, None)
+        if self.keyed:
+            return (self.epoch * len(self.dataset) + i for i in indices)
+        return indices
+
+    def __len__(self):
+        return super().__len__() - self.start
+
+
+@dataclass
+class TrainData:
+    train_set: Dataset
+    test_set: Dataset
+    meta: dict
+    loader: DataLoader
+    sampler: ResumableSampler
+    rng: torch.Generator
+    seed: int
+    rank: int
+    steps_per_epoch: int
+
+    def epoch(self, epoch: int, step_in_epoch: int, accum: int, per_device: int):
+        """The batches of one epoch, from optimizer step `step_in_epoch` on.
+
+        The loader's own generator (the workers' seeds) is reseeded from (seed, epoch, rank), so the
+        position (epoch, step in epoch) is all a resume needs to continue exactly."""
+        self.sampler.set_epoch(epoch)
+        self.sampler.start = step_in_epoch * accum * per_device
+        self.rng.manual_seed(self.seed + 7919 * epoch + self.rank)
+        return iter(self.loader)
+
+
+def training_data(plan: dict, target: str | None, d) -> TrainData:
+    """The run's datasets from the staged copy at `target`, and the loader of this rank's share."""
+    cfg = plan["config"]
+    seed = cfg["train"]["seed"]
+    train_set, test_set, meta = datasets.build_datasets(cfg["data"], target)
+    if datasets.is_user_dataset(cfg["data"]):   # its augmentations replay exactly (the built-ins have none)
+        train_set = datasets.PerSampleSeeds(train_set, seed)
+    per_device, accum = plan["batch"]["per_device"], plan["batch"]["grad_accum"]
+    sampler = ResumableSampler(train_set, num_replicas=d.world_size, rank=d.rank, shuffle=True, seed=seed,
+                               drop_last=True)
+    sampler.keyed = isinstance(train_set, datasets.PerSampleSeeds)
+    workers = cfg["data"]["workers"]
+    workers = max(plan["cpus_per_rank"] - 1, 0) if workers is None else workers
+    rng = torch.Generator()
+    loader = DataLoader(train_set, batch_size=per_device, sampler=sampler, drop_last=True,
+                        num_workers=workers, persistent_workers=workers > 0, generator=rng,
+                        prefetch_factor=4 if workers > 0 else None, pin_memory=d.device.type == "cuda")
+    steps_per_epoch = len(loader) // accum
+    if steps_per_epoch == 0:
+        raise SystemExit(f"the training set ({len(train_set)} samples) is smaller than one global batch "
+                         f"({plan['batch']['global']}): lower batch.global")
+    return TrainData(train_set, test_set, meta, loader, sampler, rng, seed, d.rank, steps_per_epoch)

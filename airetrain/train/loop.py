@@ -1,0 +1,164 @@
+"""The training loop, read top to bottom: set-up, data, model, resume, loop, evaluate, train.json.
+
+Run by torchrun (scripts/train.py): every rank executes this file; rank 0 logs and writes.
+The loop hands off to: loader (the data, resumable mid-epoch), optim (optimizer and LR schedule),
+step (one optimizer step), progress (log lines, metrics.jsonl), checkpoint.policy (when to save),
+checkpoint.manager (saving and resuming), stopping (deadline, SIGTERM), evaluate and summary.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import records
+from ..checkpoint.manager import Checkpointer
+from ..checkpoint.policy import Position, SavePolicy
+from ..records import STOPPED, PlanRecord, StageRecord, StopRecord, TrainRecord, read_record, write_record
+from . import distributed, metrics, summary
+from .evaluate import evaluate
+from .loader import training_data
+from .models import build_model
+from .optim import make_optimizer, make_scheduler
+from .parallel import Parallel
+from .progress import Progress
+from .step import train_step
+from .stopping import Stopper
+
+log = logging.getLogger("airetrain.train")
+
+
+@dataclass
+class Trained:
+    """What main returns to a caller that runs it in-process: the model, its optimizer, the process."""
+    par: Parallel
+    optimizer: torch.optim.Optimizer
+    d: distributed.Dist
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="airetrain trainer (run under torchrun)")
+    p.add_argument("--plan", required=True, help="results/<run>/plan.json")
+    p.add_argument("--stage", required=True, help="results/<run>/stage.json (where the data was staged)")
+    p.add_argument("--out", required=True, help="directory for train.json and metrics.jsonl")
+    return p.parse_args(argv)
+
+
+def seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def start_process(plan: dict) -> distributed.Dist:
+    """Join the process group; logging (rank 0 at INFO), threads and determinism as the plan says."""
+    d = distributed.setup(plan["device"])
+    logging.basicConfig(level=logging.INFO if d.is_main else logging.WARNING, stream=sys.stdout,
+                        format=f"[rank {d.rank}] %(message)s")
+    torch.set_num_threads(plan["cpus_per_rank"])
+    if plan["config"]["train"]["deterministic"]:
+        torch.use_deterministic_algorithms(True, warn_only=True)   # a warning names any op that cannot be
+        torch.backends.cudnn.benchmark = False
+    return d
+
+
+def resume(ckpt: Checkpointer, scheduler, scaler, steps_per_epoch: int) -> Position:
+    """Load the newest checkpoint that verifies, if any, into the model, optimizer, scheduler and scaler."""
+    resumed = ckpt.restore()
+    if resumed:
+        scheduler.load_state_dict(resumed["scheduler"])
+        if resumed["scaler"]:
+            scaler.load_state_dict(resumed["scaler"])
+    return Position.resumed(resumed, steps_per_epoch)
+
+
+def main(argv=None) -> Trained:
+    args = parse_args(argv)
+    plan, staged = read_record(args.plan, PlanRecord), read_record(args.stage, StageRecord)
+    cfg, out, precision = plan["config"], Path(args.out), plan["precision"]
+    d = start_process(plan)
+    seed, epochs = cfg["train"]["seed"], cfg["train"]["epochs"]
+    per_device, accum = plan["batch"]["per_device"], plan["batch"]["grad_accum"]
+    data = training_data(plan, staged["target"], d)
+
+    seed_all(seed)   # the same initial weights on every rank (DDP also broadcasts rank 0's)
+    model = build_model(cfg["model"], data.meta).to(d.device)
+    flops_per_micro = metrics.micro_batch_flops(model, data.train_set, per_device, d.device, precision)
+    par = Parallel(model, plan, d.device)
+    optimizer = make_optimizer(cfg["optim"], model.parameters())
+    total_steps = data.steps_per_epoch * epochs
+    scheduler = make_scheduler(cfg["optim"], optimizer, total_steps)
+    scaler = torch.amp.GradScaler(d.device.type, enabled=precision == "fp16")
+
+    # resume from the newest checkpoint that verifies, on the fast root or on scratch
+    ckpt = Checkpointer(d, par, optimizer, plan, Path(staged["fast_root"]), staged["fast_root_source"] == "$TMPDIR")
+    seed_all(seed + 1000 * d.rank)   # dropout differs per rank; a resume restores each rank's state
+    position = resume(ckpt, scheduler, scaler, data.steps_per_epoch)
+    step, step_in_epoch, hosts = position.step, position.step_in_epoch, distributed.hostnames()
+    if d.is_main:
+        records.record_session(Path(plan["durable_dir"]).parent, os.environ.get("SLURM_JOB_ID"), step, hosts)
+        (out / STOPPED).unlink(missing_ok=True)
+    policy, stopper = SavePolicy.from_config(cfg), Stopper(d.is_main, 60 * cfg["checkpoint"]["stop_margin_min"])
+
+    def trainer_state(epoch: int, step_in_epoch: int) -> dict:
+        return {"step": step, "epoch": epoch, "step_in_epoch": step_in_epoch, "config": cfg,
+                "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict() if scaler.is_enabled() else None}
+
+    log.info("training %s: world %d, %d steps/epoch x %d epochs, global batch %d = %d x %d x %d, %s", plan["run"],
+             d.world_size, data.steps_per_epoch, epochs, plan["batch"]["global"], per_device, d.world_size, accum,
+             precision)
+    gpu = metrics.GpuSampler(d.device)
+    progress = Progress(d, plan, total_steps, out / "metrics.jsonl")
+    stopped = None
+    for epoch in range(position.epoch, epochs):
+        batches = data.epoch(epoch, step_in_epoch, accum, per_device)
+        progress.new_epoch()
+        for step_in_epoch in range(step_in_epoch + 1, data.steps_per_epoch + 1):
+            t0 = time.perf_counter()
+            loss, wait_s = train_step(par, batches, optimizer, scaler, scheduler, accum, d.device, precision)
+            step += 1
+            progress.step_done(step, epoch, loss, wait_s, time.perf_counter() - t0)
+            # stop early (deadline, SIGTERM) with a durable checkpoint; otherwise save on schedule
+            if stopped := stopper.check(d.device):
+                log.warning("stopping (%s) after step %d", stopped, step)   # every rank says it
+                ckpt.save(trainer_state(epoch, step_in_epoch), blocking=True)
+                break
+            if policy.due(step, epoch, epoch_end=step_in_epoch == data.steps_per_epoch):
+                ckpt.save(trainer_state(epoch, step_in_epoch))
+        step_in_epoch = 0
+        if stopped:
+            break
+    # throughput counts the training steps and the save stalls, not the last write's background tail
+    train_s = metrics.now(d.device) - progress.t_start
+    saved = ckpt.finish()
+    final_wait_s = metrics.now(d.device) - progress.t_start - train_s
+    progress.close()
+    if stopped:
+        if d.is_main:
+            write_record(out / STOPPED, StopRecord, {"reason": stopped, "step": step, "of_steps": total_steps,
+                                                    "checkpoint": saved, "time": time.time()})
+            log.info("stopped (%s) at step %d of %d; checkpoint %s is durable: the run resumes from it",
+                     stopped, step, total_steps, saved["path"])
+    else:
+        gpu_figures = gpu.summary()
+        evaluation = evaluate(par, data.test_set, d, precision)
+        figures = summary.gathered_figures(d, progress, gpu_figures)
+        if d.is_main:
+            record = summary.train_record(plan, data.meta, progress, step, figures, flops_per_micro,
+                                          metrics.peak_flops(d.device), train_s, ckpt, final_wait_s, evaluation, hosts)
+            write_record(out / "train.json", TrainRecord, record)
+            log.info("done: %d steps, eval accuracy %.4f, %.0f samples/s, checkpoint %s",
+                     step, evaluation[0], record["samples_per_s"] or 0, saved["path"])
+    # Every rank is done and every file is written. The process group is not destroyed here:
+    # tearing gloo down has deadlocked on the GIL (its worker thread freeing a finished
+    # all-gather while the main thread joined it); scripts/train.py ends the process instead.
+    torch.distributed.barrier()
+    return Trained(par, optimizer, d)

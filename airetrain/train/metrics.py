@@ -1,0 +1,81 @@
+"""Efficiency figures the trainer measures itself: model FLOPs, MFU, GPU use through NVML.
+
+On CPU, or where NVML is missing, these are None: never invented.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..hardware import gpu_facts
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """The device's dense bf16 peak, FLOP/s (None on CPU or for a GPU not in the hardware table)."""
+    facts = gpu_facts(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+    return facts["bf16_tflops"] * 1e12 if facts else None
+
+
+def count_flops(model, x, y, loss_fn) -> int:
+    """FLOPs of one forward + backward of this micro-batch (torch.utils.flop_counter)."""
+    with FlopCounterMode(display=False) as counter:
+        loss_fn(model(x), y).backward()
+    model.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops())
+
+
+class GpuSampler:
+    """Samples this rank's GPU utilisation and memory once a second in a background thread."""
+
+    def __init__(self, device: torch.device, interval_s: float = 1.0):
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._handle = None
+        if device.type != "cuda":
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            uuid = str(torch.cuda.get_device_properties(device).uuid)
+            self._handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+            self._nvml = pynvml
+        except Exception:  # no nvidia-ml-py, or NVML not usable here
+            self._handle = None
+            return
+        self._thread = threading.Thread(target=self._run, args=(interval_s,), daemon=True)
+        self._thread.start()
+
+    def _run(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            util = self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu
+            mem = self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used
+            self.samples.append((float(util), int(mem)))
+
+    def summary(self) -> dict:
+        self._stop.set()
+        if not self.samples:
+            return {"gpu_util_mean": None, "gpu_mem_peak_bytes": None, "gpu_samples": 0}
+        return {"gpu_util_mean": round(sum(u for u, _ in self.samples) / len(self.samples), 1),
+                "gpu_mem_peak_bytes": max(m for _, m in self.samples), "gpu_samples": len(self.samples)}
+
+
+def now(device: torch.device) -> float:
+    """A timestamp after the device has finished its queued work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def micro_batch_flops(model, dataset, per_device: int, device: torch.device, precision: str) -> int:
+    """Model FLOPs of one micro-batch of the training set, under the run's autocast."""
+    from torch.utils.data import DataLoader
+
+    from .step import autocast, loss_fn
+
+    x, y = next(iter(DataLoader(dataset, batch_size=per_device)))
+    with autocast(device, precision):
+        return count_flops(model, x.to(device), y.to(device), loss_fn)

@@ -1,0 +1,31 @@
+"""The optimizer and its learning-rate schedule, from the `optim:` config."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def make_optimizer(cfg: dict, params) -> torch.optim.Optimizer:
+    if cfg["name"] == "sgd":
+        return torch.optim.SGD(params, lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"])
+    return torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+
+
+def lr_factor(step: int, warmup: int, total_steps: int, schedule: str) -> float:
+    """The learning rate of optimizer step `step` (from 0) as a fraction of optim.lr.
+
+    A linear warm-up over `warmup` steps reaches 1 at step warmup - 1; then the rate stays
+    (constant) or falls along a half cosine to 0 at total_steps (cosine)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total_steps - warmup))))
+    return 1.0
+
+
+def make_scheduler(cfg: dict, optimizer, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    # a plain function: LambdaLR keeps no state of it in the checkpoint, only the step count
+    def factor(step: int) -> float:
+        return lr_factor(step, cfg["warmup_steps"], total_steps, cfg["schedule"])
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

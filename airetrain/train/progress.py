@@ -1,0 +1,70 @@
+"""This session's progress: step times, data waits, the loss since the last log line, metrics.jsonl."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+from . import distributed
+
+log = logging.getLogger("airetrain.train")
+
+
+class Progress:
+    """Counts this session's steps and writes a log line and a metrics.jsonl line every
+    train.log_every_steps steps and at the last step (rank 0 writes; every rank must call
+    `step_done`, whose loss average is a collective)."""
+
+    def __init__(self, d: distributed.Dist, plan: dict, total_steps: int, metrics_path: Path):
+        self.d, self.total_steps = d, total_steps
+        self.global_batch = plan["batch"]["global"]
+        self.log_every = plan["config"]["train"]["log_every_steps"]
+        self.file = open(metrics_path, "a") if d.is_main else None
+        self.steps = 0                      # optimizer steps in this session
+        self.wait_s = self.step_s = 0.0     # seconds waiting for data, seconds of whole steps
+        self.loss = float("nan")            # mean loss of the last logged window, over ranks
+        self.window_loss = torch.zeros((), device=d.device)
+        self.window_steps = 0
+        self.t_start = time.perf_counter()
+
+    def new_epoch(self) -> None:
+        """The loss window restarts with each epoch, as it does after each log line."""
+        self._restart_window()
+
+    def _restart_window(self) -> None:
+        self.window_loss.zero_()
+        self.window_steps = 0
+
+    def step_done(self, step: int, epoch: int, loss: torch.Tensor, wait_s: float, step_s: float) -> None:
+        self.steps += 1
+        self.wait_s += wait_s
+        self.step_s += step_s
+        self.window_loss += loss
+        self.window_steps += 1
+        if step % self.log_every == 0 or step == self.total_steps:
+            self._log(step, epoch)
+
+    def _log(self, step: int, epoch: int) -> None:
+        if self.d.device.type == "cuda":
+            torch.cuda.synchronize()
+        (loss_sum,) = distributed.reduce([self.window_loss.item()])
+        self.loss = loss_sum / self.d.world_size / self.window_steps
+        self._restart_window()
+        elapsed = time.perf_counter() - self.t_start
+        rate = self.steps * self.global_batch / elapsed
+        eta = (self.total_steps - step) * elapsed / self.steps
+        if self.file:
+            log.info("step %d/%d | epoch %d | loss %.4f | %.0f samples/s | data wait %.0f%% | ETA %ds",
+                     step, self.total_steps, epoch, self.loss, rate, 100 * self.wait_s / self.step_s, eta)
+            self.file.write(json.dumps({
+                "step": step, "epoch": epoch, "loss": self.loss, "samples_per_s": rate,
+                "data_wait_frac": self.wait_s / self.step_s, "elapsed_s": elapsed, "time": time.time(),
+            }) + "\n")
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()

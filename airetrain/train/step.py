@@ -1,0 +1,46 @@
+"""One optimizer step: forward and backward over the step's micro-batches, then the optimizer."""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+
+
+def autocast(device: torch.device, precision: str, enabled: bool = True):
+    if precision in ("bf16", "fp16") and enabled:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+    return nullcontext()
+
+
+def loss_fn(logits, y):
+    """Cross entropy over classes, or over every position of a sequence (GPT)."""
+    return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
+
+
+def train_step(par, batches, optimizer, scaler, scheduler, accum: int, device: torch.device,
+               precision: str) -> tuple[torch.Tensor, float]:
+    """Run `accum` micro-batches from `batches`, then one optimizer step.
+
+    Returns the step's loss (the mean over its micro-batches, detached and left on the device:
+    reading it would wait for the GPU) and the seconds spent waiting for the data loader.
+    Gradients are reduced across ranks once, in the last micro-batch's backward pass.
+    """
+    loss_sum = torch.zeros((), device=device)
+    wait_s = 0.0
+    for micro in range(accum):
+        t0 = time.perf_counter()
+        x, y = next(batches)
+        wait_s += time.perf_counter() - t0
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with par.grad_sync(micro == accum - 1):
+            with autocast(device, precision, par.autocast_needed()):
+                loss = loss_fn(par(x), y) / accum
+            scaler.scale(loss).backward()
+        loss_sum += loss.detach()
+    scaler.step(optimizer)
+    scaler.update()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss_sum, wait_s

@@ -1,0 +1,75 @@
+"""train.json: the figures of the finished session, gathered over the ranks."""
+from __future__ import annotations
+
+import os
+import socket
+
+import torch
+
+from ..records import TrainRecord
+from . import distributed
+
+
+def gathered_figures(d: distributed.Dist, progress, gpu: dict) -> dict:
+    """The figures that need every rank: data wait (mean), peak memory (max), GPU use (mean).
+    Collectives: every rank calls this."""
+    wait_frac = distributed.reduce([progress.wait_s / progress.step_s if progress.step_s else 0.0])[0]
+    peak = distributed.reduce([distributed.peak_memory_bytes(d.device)], op=torch.distributed.ReduceOp.MAX)[0]
+    util = gpu["gpu_util_mean"]
+    util = distributed.reduce([util or 0.0])[0] / d.world_size if util is not None else None
+    return {"data_wait_frac": wait_frac / d.world_size, "peak_mem_bytes": int(peak), "gpu_util_mean": util,
+            "gpu_mem_peak_bytes": gpu["gpu_mem_peak_bytes"]}
+
+
+def _per_step(seconds: float, steps: int) -> float | None:
+    return round(seconds / steps, 6) if steps else None
+
+
+def train_record(plan: dict, meta: dict, progress, step: int, figures: dict, flops_per_micro: int,
+                 peak_flops: float | None, train_s: float, checkpoints, final_wait_s: float,
+                 evaluation: tuple[float, float], hosts: list[str]) -> TrainRecord:
+    """What rank 0 writes to train.json. progress: this session's steps, seconds and last loss;
+    checkpoints: the checkpointer (its final checkpoint and the stall of each save)."""
+    steps, batch = progress.steps, plan["batch"]
+    world = plan["world_size"]
+    flops_per_step = flops_per_micro * batch["grad_accum"] * world          # the whole job, one optimizer step
+    achieved = flops_per_step * steps / train_s if steps else None
+    mfu = achieved / (peak_flops * world) if achieved and peak_flops else None
+    samples = steps * batch["global"]
+    stalls = checkpoints.stalls
+    accuracy, eval_loss = evaluation
+    return TrainRecord(
+        run=plan["run"], world_size=world, nodes=plan["nodes"], strategy=plan["strategy"],
+        precision=plan["precision"], device=plan["device"],
+        global_batch=batch["global"], per_device_batch=batch["per_device"], grad_accum=batch["grad_accum"],
+        steps=step, steps_this_session=steps, epochs=plan["config"]["train"]["epochs"],
+        resumed_from_step=step - steps,
+        train_seconds=round(train_s, 3),
+        samples_per_s=round(samples / train_s, 2) if steps else None,
+        tokens_per_s=round(samples * meta["seq_len"] / train_s, 1) if steps and "seq_len" in meta else None,
+        step_time_s=_per_step(progress.step_s, steps),
+        data_wait_s_per_step=_per_step(progress.wait_s, steps),
+        compute_s_per_step=_per_step(progress.step_s - progress.wait_s, steps),
+        flops_per_step=flops_per_step,
+        achieved_tflops=round(achieved / 1e12, 3) if achieved else None,
+        mfu=float(f"{mfu:.4g}") if mfu else None,   # significant digits: a tiny model's MFU is not 0
+        peak_tflops_per_gpu=peak_flops / 1e12 if peak_flops else None,
+        gpu_util_mean=figures["gpu_util_mean"],
+        gpu_mem_peak_bytes=figures["gpu_mem_peak_bytes"],
+        memory_estimate=plan["memory_estimate"],
+        activation_checkpointing=plan["activation_checkpointing"],
+        data_wait_frac=round(figures["data_wait_frac"], 4),
+        peak_mem_bytes=figures["peak_mem_bytes"],
+        final_loss=progress.loss if steps else None,
+        eval_loss=eval_loss,
+        eval_accuracy=accuracy,
+        slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+        hostnames=hosts,
+        launch_host=socket.gethostname(),
+        torch_version=torch.__version__,
+        environment={k: os.environ.get(k) for k in (*plan["env"], "NCCL_SOCKET_IFNAME")},
+        checkpoint=checkpoints.latest,
+        checkpoint_saves=len(stalls),
+        checkpoint_stall_s_mean=round(sum(stalls) / len(stalls), 4) if stalls else None,
+        checkpoint_final_wait_s=round(final_wait_s, 3),
+    )

@@ -1,0 +1,150 @@
+"""Time limits and scancel on the real SLURM test cluster (tests/slurm/up.sh).
+
+One Snakemake invocation runs three copies of the same training:
+- stop: a 3-minute job that stops at its deadline, checkpoints, requeues itself and finishes;
+- ref: the same training with time to spare (the uninterrupted result);
+- victim: cancelled with scancel mid-training; a second invocation resumes it, and only it.
+"""
+import os
+import subprocess
+
+import pytest
+import torch
+
+from conftest import (BIN, assert_identical, flatten, newest_step, read_json, run, slurm_state, snakemake_cmd, wait_for,
+                      write_config)
+from test_slurm import SLURM_ARGS, slurm_snakemake, unique
+from jobs import sbatch, state
+
+pytestmark = pytest.mark.slurm
+
+# ~40 s of training alone (longer while the three share the 2 cores)
+TRAINING = {"processes": 2, "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
+            "train": {"epochs": 60, "log_every_steps": 100}, "checkpoint": {"every_steps": 20}}
+STEPS = 60 * (1437 // 64)
+
+
+def durable(work, run_name):
+    return work / "scratch" / "airetrain" / run_name / "checkpoints"
+
+
+def final_state(work, run_name):
+    path = read_json(work / "results" / run_name / "checkpoint.json")["path"]
+    state = torch.load(path, weights_only=True)
+    return flatten({"model": state["model"], "optimizer": state["optimizer"]})
+
+
+def sessions(work, run_name):
+    from airetrain.records import sessions as read
+    return read(work / "scratch" / "airetrain" / run_name)
+
+
+@pytest.fixture(scope="module")
+def interrupted(slurm_cluster, tmp_path_factory):
+    work = tmp_path_factory.mktemp("requeue")
+    cfg = write_config(work / "config.yaml", {
+        "roots": {"scratch": str(work / "scratch")},
+        "defaults": TRAINING,
+        "runs": {
+            # a 3-minute job that stops 2.5 minutes before its end: ~30 s after it starts
+            "stop": {"time_min": {"stage": 1, "train": 1, "promote": 1},
+                     "checkpoint": {"every_steps": 20, "stop_margin_min": 2.5}},
+            "ref": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
+            "victim": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
+        },
+    })
+    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
+    # --retries 0: the cancelled run is left failed, for the second invocation to resume
+    first = subprocess.Popen(snakemake_cmd(work, cfg, *SLURM_ARGS, "--retries", "0"), cwd=work,
+                             env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **env},
+                             stdout=open(work / "first.log", "w"), stderr=subprocess.STDOUT)
+    # cancel the victim once it has a durable checkpoint
+    wait_for(lambda: newest_step(durable(work, "victim")) >= 40, timeout=400, what="victim's checkpoint")
+    victim_job = sessions(work, "victim")[-1]["slurm_job_id"]
+    run(["scancel", victim_job], env=env)
+    first.wait(timeout=900)
+    second = slurm_snakemake(work, cfg, env)   # the profile's settings: resumes what did not finish
+    return work, env, victim_job, (work / "first.log").read_text(), second
+
+
+def test_a_job_at_its_time_limit_stops_requeues_itself_and_finishes_exactly(interrupted):
+    work, env, _, first_log, _ = interrupted
+    runs = sessions(work, "stop")
+    job_ids = {s["slurm_job_id"] for s in runs}
+    assert len(runs) >= 2 and len(job_ids) == 1, runs          # the same job, started again by SLURM
+    assert all(s["resumed_from_step"] > 0 for s in runs[1:])
+    shown = run(["scontrol", "show", "job", job_ids.pop()], env=env).stdout
+    assert f"Restarts={len(runs) - 1}" in shown and "JobState=COMPLETED" in shown
+    from airetrain.records import stops
+    stopped = stops(work / "scratch" / "airetrain" / "stop")
+    assert len(stopped) == len(runs) - 1 and {s["reason"] for s in stopped} == {"deadline"}
+    assert {s["action"] for s in stopped} == {"requeued"}
+    assert [s["step"] for s in stopped] == [s["resumed_from_step"] for s in runs[1:]]
+    summary = read_json(work / "results/stop/train.json")
+    assert summary["steps"] == STEPS and summary["resumed_from_step"] > 0
+    assert read_json(work / "results/stop/checkpoint.json")["verified"]
+    assert_identical(final_state(work, "stop"), final_state(work, "ref"))
+
+
+def test_after_scancel_a_new_invocation_resumes_only_the_cancelled_run(interrupted):
+    work, _, victim_job, first_log, second = interrupted
+    assert f"SLURM jobid {victim_job}" in first_log and "Error in group run_victim" in first_log
+    out = second.stdout + second.stderr
+    assert "results/victim/train.json" in out
+    assert "results/ref/train.json" not in out and "results/stop/train.json" not in out   # not rerun
+    summary = read_json(work / "results/victim/train.json")
+    assert summary["steps"] == STEPS and summary["resumed_from_step"] >= 40
+    assert summary["slurm_job_id"] != victim_job
+    assert_identical(final_state(work, "victim"), final_state(work, "ref"))
+
+
+def test_a_stop_the_job_cannot_requeue_exits_75_and_the_profiles_retries_resume_it(interrupted, tmp_path):
+    """A SIGTERM to the training step (as a preemption without requeue sends it) stops the run with a
+    checkpoint; SLURM decides what follows, so launch exits 75, the job fails, and the profile's
+    `retries: 1` resubmits the run in the same invocation: a new job, which resumes and finishes."""
+    ref_work, env = interrupted[0], interrupted[1]
+    cfg = write_config(tmp_path / "config.yaml", {
+        "roots": {"scratch": str(tmp_path / "scratch")}, "defaults": TRAINING,
+        "runs": {"retried": {"time_min": {"stage": 2, "train": 10, "promote": 2}}}})
+    env = {**env, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(tmp_path))}
+    log = tmp_path / "snakemake.log"
+    proc = subprocess.Popen(snakemake_cmd(tmp_path, cfg, *SLURM_ARGS), cwd=tmp_path,
+                            env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **env},
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    wait_for(lambda: newest_step(durable(tmp_path, "retried")) >= 40, timeout=400, what="a checkpoint")
+    first_job = sessions(tmp_path, "retried")[-1]["slurm_job_id"]
+    steps = run(["squeue", "-h", "-s", "-j", first_job, "-o", "%i %j"], env=env).stdout.split("\n")
+    torchrun_step = next(line.split()[0] for line in steps if line.endswith(" bash"))   # srun bash -c 'exec torchrun'
+    run(["scancel", "--signal=TERM", torchrun_step], env=env)
+    assert proc.wait(timeout=600) == 0, log.read_text()
+    from airetrain.records import stops
+    stopped = stops(tmp_path / "scratch" / "airetrain" / "retried")
+    assert [(s["slurm_job_id"], s["action"]) for s in stopped] == [(first_job, "exit 75")], stopped
+    jobs = [s["slurm_job_id"] for s in sessions(tmp_path, "retried")]
+    assert jobs[0] == first_job and len(set(jobs)) == 2, jobs   # resubmitted by Snakemake, not requeued
+    summary = read_json(tmp_path / "results/retried/train.json")
+    assert summary["steps"] == STEPS and summary["resumed_from_step"] == stopped[0]["step"] >= 40
+    assert_identical(final_state(tmp_path, "retried"), final_state(ref_work, "ref"))
+
+
+def test_after_a_deadline_stop_restarts_cap_requeues_and_a_refusal_exits_75(slurm_cluster, monkeypatch):
+    """What launch decides after a deadline stop, against a real job: SLURM's Restarts= against
+    checkpoint.max_requeues, `scontrol requeue` itself, and SLURM refusing it (a pending job)."""
+    from airetrain.train.launch import EXIT_STOPPED, _continue, job_restarts
+
+    for key, value in slurm_cluster.items():
+        monkeypatch.setenv(key, value)
+    job = sbatch("stopped", ["-p", "standard", "-c", "1", "--mem=100M", "-t", "5", "--requeue", "--wrap=sleep 300"])
+    stopped = {"reason": "deadline", "step": 40, "of_steps": 100, "checkpoint": {"path": "step-00000040.pt"}}
+
+    def decide(max_requeues):
+        plan = {"config": {"checkpoint": {"requeue": True, "max_requeues": max_requeues}}}
+        return _continue(plan, stopped, {"SLURM_JOB_ID": job})
+    try:
+        wait_for(lambda: state(job) == "RUNNING", 120, "the job to start", every=0.5)
+        assert decide(0) == (1, "exit 1: max_requeues reached")
+        assert state(job) == "RUNNING" and job_restarts(job) == 0          # left alone
+        assert decide(1) == (EXIT_STOPPED, "requeued") and job_restarts(job) == 1
+        assert decide(2) == (EXIT_STOPPED, "exit 75: requeue refused")    # SLURM: "Job is pending execution"
+    finally:
+        run(["scancel", job])

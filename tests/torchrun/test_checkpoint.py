@@ -1,0 +1,343 @@
+"""Checkpoints that survive anything, with real torchrun processes (gloo on CPU).
+
+Every interruption here (SIGKILL of everything, the deadline, SIGTERM, one dead worker) must end,
+after resuming, with the same parameters and optimizer state as an uninterrupted run, bit for bit.
+"""
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from airetrain.checkpoint import store
+from airetrain.checkpoint.store import CheckpointError
+
+from conftest import (BIN, assert_identical, flatten, launch_training, newest_step, prepare_training, read_json, run,
+                      wait_for)
+
+# 2 ranks x 2 micro-batches of 16; dropout, so that the random streams matter; a save every 3 steps
+LONG = {"processes": 2, "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
+        "train": {"epochs": 20, "log_every_steps": 10}, "checkpoint": {"every_steps": 3, "keep": 3}}
+STEPS = 20 * (1437 // 64)
+
+
+def final_state(out: Path, tmp_path: Path) -> dict:
+    """Model and optimizer of the run's final durable checkpoint (a file, or a DCP directory)."""
+    path = Path(read_json(out / "train.json")["checkpoint"]["path"])
+    if path.is_dir():
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+        dcp_to_torch_save(path, tmp_path / "converted.pt")
+        path = tmp_path / "converted.pt"
+    state = torch.load(path, weights_only=True)
+    return flatten({"model": state["model"], "optimizer": state["optimizer"]})
+
+
+def start(cmd, log: Path, env=None) -> subprocess.Popen:
+    """`airetrain launch` in the background, its output in log."""
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})}
+    return subprocess.Popen(cmd, env=env, stdout=open(log, "a"), stderr=subprocess.STDOUT)
+
+
+def durable_dir(tmp: Path, name="t") -> Path:
+    return tmp / "scratch" / "airetrain" / name / "checkpoints"
+
+
+def descendants(pid: int) -> list[int]:
+    """pid's children, grandchildren, ... (torchrun starts each worker in a session of its own)."""
+    parents = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def kill_all(proc: subprocess.Popen) -> None:
+    """SIGKILL the launcher, torchrun, every worker and loader process, at once."""
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def every_listed_checkpoint_verifies(*directories: Path) -> int:
+    """Each checkpoint a manifest lists hashes and loads; returns how many there were."""
+    count = 0
+    for directory in directories:
+        for entry in store.entries(directory):
+            store.verify(directory / entry["file"], entry)
+            count += 1
+    return count
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """LONG, uninterrupted."""
+    tmp = tmp_path_factory.mktemp("reference")
+    out, _ = launch_training(tmp, LONG)
+    return final_state(out, tmp)
+
+
+def killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps: int, reference_cfg=None, env=None) -> dict:
+    """Train cfg (or reference_cfg) uninterrupted; train cfg again, SIGKILL everything after a
+    checkpoint at step 12 or later, resume; the final model and optimizer must be identical.
+    Returns the resumed train.json."""
+    ref_out, _ = launch_training(tmp_path / "ref", reference_cfg or cfg, env=env)
+    out, cmd = prepare_training(tmp_path / "cut", cfg)
+    proc = start(cmd, tmp_path / "cut.log", env=env)
+    wait_for(lambda: newest_step(durable_dir(tmp_path / "cut")) >= 12, what="a checkpoint at step 12")
+    kill_all(proc)
+    assert not (out / "train.json").exists()
+    run(cmd, env=env)
+    summary = read_json(out / "train.json")
+    assert 12 <= summary["resumed_from_step"] < summary["steps"] == steps
+    assert summary["checkpoint"]["kind"] == ("dcp" if cfg.get("strategy") == "fsdp" else "file")
+    assert_identical(final_state(out, tmp_path), final_state(ref_out, tmp_path))
+    return summary
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_resume_after_kill_is_bit_exact(tmp_path, strategy):
+    killed_and_resumed_equals_uninterrupted(
+        tmp_path, {**LONG, "strategy": strategy, "train": {"epochs": 5, "log_every_steps": 10}}, steps=5 * 22)
+
+
+AUGMENTED = """
+import random
+import time
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class Noisy(Dataset):
+    \"\"\"y = 1 when the sum of x is positive; every load adds noise from all three global generators.\"\"\"
+    def __init__(self, split):
+        g = torch.Generator().manual_seed(0 if split == "train" else 1)
+        self.x = torch.randn(512, 8, generator=g)
+        self.y = (self.x.sum(1) > 0).long()
+        self.meta = {"shape": [8], "classes": 2}
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        time.sleep(0.002)   # a loader with some work to do: the kill lands mid-run
+        noise = 0.1 * torch.randn(8) + random.gauss(0, 0.1) + float(np.random.normal(0, 0.1))
+        return self.x[i] + noise, int(self.y[i])
+
+
+def dataset(split, root):
+    return Noisy(split)
+
+
+def model(meta, cfg):
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 2))
+"""
+
+
+def test_a_user_datasets_random_augmentations_replay_exactly_after_a_kill(tmp_path):
+    """The uninterrupted reference loads in the training processes (no workers); the killed and
+    resumed run has 2 loader workers per rank. Both end identical: each sample's random draws
+    depend on (seed, epoch, index) only."""
+    (tmp_path / "code" / "auglab").mkdir(parents=True)
+    (tmp_path / "code" / "auglab" / "__init__.py").write_text("")
+    (tmp_path / "code" / "auglab" / "noisy.py").write_text(AUGMENTED)
+    cfg = {"processes": 2, "model": {"name": "auglab.noisy:model"},
+           "data": {"name": "auglab.noisy:dataset", "workers": 2},
+           "batch": {"global": 64, "per_device": 16}, "train": {"epochs": 8, "log_every_steps": 10},
+           "checkpoint": {"every_steps": 3, "keep": 3}}
+    killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps=8 * 8, env={"PYTHONPATH": str(tmp_path / "code")},
+                                            reference_cfg={**cfg, "data": {**cfg["data"], "workers": 0}})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (nccl, CUDA RNG, DCP of GPU tensors)")
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_gpu_resume_after_kill_is_bit_exact(tmp_path, strategy):
+    """On a GPU: nccl, bf16, dropout drawing from the CUDA RNG, deterministic kernels."""
+    cfg = {"gpus": 1, "strategy": strategy, "precision": "bf16", "model": {"width": 32, "dropout": 0.2},
+           "data": {"name": "synthetic", "samples": 4096, "shape": [3, 32, 32], "classes": 10},
+           "batch": {"global": 64, "per_device": 32}, "train": {"epochs": 30, "deterministic": True},
+           "checkpoint": {"every_steps": 16}}
+    summary = killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps=30 * 64)
+    assert summary["device"] == "cuda" and summary["gpu_mem_peak_bytes"] > 0
+
+
+def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, reference):
+    """20 SIGKILLs of the launcher, torchrun and the workers at random moments of training and saving.
+
+    Each life is killed once it has trained (a new durable checkpoint), at a random moment up to 0.5 s
+    later, and at the latest once the fast root shows it has trained its share of the steps: the share
+    keeps the 20 lives well inside the run on any machine, however fast (the random delay alone let a
+    fast machine finish the run first)."""
+    out, cmd = prepare_training(tmp_path, LONG)
+    fast = tmp_path / "fast" / "airetrain" / "t" / "checkpoints"
+    rng = random.Random(1)
+    progress = []
+    for kill in range(20):
+        before = newest_step(durable_dir(tmp_path))
+        share = before + max(3, (STEPS * 6 // 10 - before) // (20 - kill))
+        proc = start(cmd, tmp_path / "launch.log")
+        wait_for(lambda: newest_step(durable_dir(tmp_path)) > before or proc.poll() is not None,
+                 what="progress")
+        moment = time.monotonic() + rng.uniform(0, 0.5)
+        while time.monotonic() < moment and newest_step(fast) < share and proc.poll() is None:
+            time.sleep(0.005)
+        kill_all(proc)
+        assert not (out / "train.json").exists(), "the run finished before it was killed"
+        assert every_listed_checkpoint_verifies(fast, durable_dir(tmp_path)) > 0
+        # only the newest checkpoint may be missing from scratch (its copy was in flight)
+        fast_steps = [e["step"] for e in store.entries(fast)]
+        assert len(fast_steps) < 2 or newest_step(durable_dir(tmp_path)) >= fast_steps[-2], fast_steps
+        found = store.load_latest([fast, durable_dir(tmp_path)], store.fingerprint(
+            read_json(out / "plan.json")["config"]))
+        assert found and found[2]["step"] == max(newest_step(fast), newest_step(durable_dir(tmp_path)))
+        progress.append(found[2]["step"])
+    assert progress == sorted(progress) and progress[-1] < STEPS
+    print(f"20 kills, resumed from steps {progress}")
+    run(cmd)
+    summary = read_json(out / "train.json")
+    assert summary["steps"] == STEPS and summary["resumed_from_step"] == progress[-1]
+    assert_identical(final_state(out, tmp_path), reference)
+
+
+def test_a_checkpoint_only_on_the_fast_root_is_promoted_when_the_run_resumes_from_it(tmp_path):
+    """As after a kill between writing a checkpoint and copying it to scratch."""
+    cfg = {**LONG, "train": {"epochs": 1, "log_every_steps": 10}, "checkpoint": {"every_steps": 100, "keep": 3}}
+    out, _ = launch_training(tmp_path, cfg)
+    shutil.rmtree(durable_dir(tmp_path))   # the epoch-end checkpoint (step 22) is on the fast root only
+    (out / "train.json").unlink()
+    launch_training(tmp_path, {**cfg, "train": {"epochs": 2, "log_every_steps": 10}})
+    assert read_json(out / "train.json")["resumed_from_step"] == 22
+    assert [e["step"] for e in store.entries(durable_dir(tmp_path))] == [22, 44]
+    assert every_listed_checkpoint_verifies(durable_dir(tmp_path)) == 2
+
+
+def test_truncated_and_bit_flipped_checkpoints_are_skipped(tmp_path):
+    cfg = {**LONG, "train": {"epochs": 1, "log_every_steps": 10}, "checkpoint": {"every_steps": 5, "keep": 3}}
+    out, _ = launch_training(tmp_path, cfg)
+    durable = durable_dir(tmp_path)
+    fingerprint = store.fingerprint(read_json(out / "plan.json")["config"])
+    steps = [e["step"] for e in store.entries(durable)]
+    assert steps == [15, 20, 22]
+    newest, middle = durable / store.file_name(22), durable / store.file_name(20)
+    with open(newest, "r+b") as f:          # truncated: a half-copied file
+        f.truncate(newest.stat().st_size // 2)
+    data = bytearray(middle.read_bytes())   # one flipped bit
+    data[len(data) // 3] ^= 0x10
+    middle.write_bytes(bytes(data))
+    for path, entry in ((newest, store.entries(durable)[2]), (middle, store.entries(durable)[1])):
+        with pytest.raises(CheckpointError, match="sha256 does not match"):
+            store.verify(path, entry)
+    state, path, _ = store.load_latest([durable], fingerprint)
+    assert path.name == store.file_name(15) and state["trainer"]["step"] == 15
+    # the trainer falls back the same way (the fast root's copies are gone, as after a requeue)
+    shutil.rmtree(tmp_path / "fast" / "airetrain" / "t" / "checkpoints")
+    (out / "train.json").unlink()
+    _, proc = launch_training(tmp_path, {**cfg, "train": {"epochs": 2, "log_every_steps": 10}})
+    assert "skipping checkpoint" in proc.stdout and "sha256 does not match" in proc.stdout
+    assert read_json(out / "train.json")["resumed_from_step"] == 15
+
+
+def signal_all(proc: subprocess.Popen, signum: int) -> None:
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def test_deadline_stops_every_rank_at_the_same_step_with_a_durable_checkpoint(tmp_path, reference):
+    """No SLURM here: the job's end comes from $AIRETRAIN_END_TIME, with a 3 s margin. Once the run has
+    logged a step, every process is held (SIGSTOP) until the stop is due, so that no machine can finish
+    the run first; a slower machine may reach the deadline before that, and then stops by itself."""
+    cfg = {**LONG, "checkpoint": {**LONG["checkpoint"], "stop_margin_min": 0.05}}
+    out, cmd = prepare_training(tmp_path, cfg)
+    end = time.time() + 11
+    due = end - 3
+    log = tmp_path / "launch.log"
+    proc = start(cmd, log, env={"AIRETRAIN_END_TIME": str(end)})
+    metrics = out / "metrics.jsonl"
+    wait_for(lambda: (metrics.exists() and metrics.stat().st_size > 0) or time.time() > due
+             or proc.poll() is not None, what="a logged step, or the deadline")
+    held = time.time() < due and proc.poll() is None
+    if held:
+        signal_all(proc, signal.SIGSTOP)
+        wait_for(lambda: time.time() > due + 0.5, what="the stop to be due")
+        signal_all(proc, signal.SIGCONT)
+    assert proc.wait(timeout=300) == 75, log.read_text()
+    stopped = read_json(out / "STOPPED")
+    assert stopped["reason"] == "deadline" and 0 < stopped["step"] < STEPS
+    text = log.read_text()
+    lines = [line for line in text.splitlines() if "stopping (deadline) after step" in line]
+    assert sorted(line.split()[1] for line in lines) == ["0]", "1]"]          # both ranks said so ...
+    assert {int(line.rsplit(" ", 1)[1]) for line in lines} == {stopped["step"]}  # ... at the same step
+    assert newest_step(durable_dir(tmp_path)) == stopped["step"]
+    assert not (out / "train.json").exists()
+    print(f"stopped at step {stopped['step']} of {STEPS}" + (" (held until due)" if held else ""))
+    run(cmd)   # no deadline now: it resumes and finishes
+    summary = read_json(out / "train.json")
+    assert summary["resumed_from_step"] == stopped["step"] and not (out / "STOPPED").exists()
+    assert_identical(final_state(out, tmp_path), reference)
+
+
+def test_sigterm_to_the_launcher_checkpoints_before_a_30_s_kill(tmp_path):
+    out, cmd = prepare_training(tmp_path, {**LONG, "checkpoint": {"every_steps": None}})
+    proc = start(cmd, tmp_path / "launch.log")
+    wait_for(lambda: (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").stat().st_size > 0,
+             what="training to start")
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        kill_all(proc)            # what SLURM does after KillWait
+    log = (tmp_path / "launch.log").read_text()
+    stopped = read_json(out / "STOPPED")
+    assert stopped["reason"] == "signal", log
+    assert newest_step(durable_dir(tmp_path)) == stopped["step"] > 0
+    assert proc.returncode == 75
+
+
+def worker_pid(launcher: int, rank: int) -> int | None:
+    for pid in descendants(launcher):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"scripts/train.py" in cmdline and f"RANK={rank}".encode() in environ \
+                and b"torch.distributed.run" not in cmdline:
+            return int(pid)
+    return None
+
+
+def test_a_killed_worker_is_restarted_and_resumes_under_max_restarts(tmp_path, reference):
+    out, cmd = prepare_training(tmp_path, {**LONG, "checkpoint": {**LONG["checkpoint"], "max_restarts": 1}})
+    # without this variable torch 2.13's restarted group mostly fails (README, "Dead workers")
+    assert read_json(out / "plan.json")["env"]["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    proc = start(cmd, tmp_path / "launch.log")
+    wait_for(lambda: newest_step(durable_dir(tmp_path)) >= 6, what="a checkpoint")
+    victim = worker_pid(proc.pid, 1)
+    assert victim, "rank 1's process was not found"
+    os.kill(victim, signal.SIGKILL)
+    assert proc.wait(timeout=300) == 0, (tmp_path / "launch.log").read_text()
+    summary = read_json(out / "train.json")
+    assert 6 <= summary["resumed_from_step"] < STEPS and summary["steps"] == STEPS
+    assert_identical(final_state(out, tmp_path), reference)

@@ -1,0 +1,115 @@
+"""A real 2-process torchrun DDP run (gloo on CPU): replicas agree, the model learns, metrics are sane."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import launch_training, read_json
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ddp")
+    cfg = {"processes": 2, "batch": {"global": 64, "per_device": 16}, "train": {"epochs": 4, "log_every_steps": 5}}
+    out, proc = launch_training(tmp, cfg, dump=tmp / "params")
+    return tmp, out, proc
+
+
+def test_parameters_identical_on_both_ranks(ddp_run):
+    tmp, out, _ = ddp_run
+    r0 = torch.load(tmp / "params" / "rank0.pt", weights_only=True)
+    r1 = torch.load(tmp / "params" / "rank1.pt", weights_only=True)
+    assert r0.keys() == r1.keys() and len(r0) > 0
+    for key in r0:
+        assert torch.equal(r0[key], r1[key]), key
+
+
+def test_training_learns_and_uses_accumulation(ddp_run):
+    _, out, proc = ddp_run
+    summary = read_json(out / "train.json")
+    assert summary["world_size"] == 2 and summary["grad_accum"] == 2  # 64 = 16 x 2 x 2
+    assert summary["eval_accuracy"] > 0.85
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0]["loss"] > lines[-1]["loss"]
+    assert [m["step"] for m in lines] == sorted(m["step"] for m in lines)
+    progress = [line for line in proc.stdout.splitlines() if "samples/s" in line]
+    assert progress and all(line.startswith("[rank 0]") for line in progress)  # rank 0 logs alone
+    assert any("ETA" in line and "loss" in line for line in progress)
+
+
+def test_train_json_has_every_field_with_plausible_values(ddp_run):
+    _, out, _ = ddp_run
+    s = read_json(out / "train.json")
+    for key in ("world_size", "nodes", "strategy", "precision", "global_batch", "per_device_batch", "grad_accum",
+                "steps", "epochs", "samples_per_s", "data_wait_frac", "peak_mem_bytes", "final_loss",
+                "eval_accuracy", "slurm_job_id", "hostnames", "torch_version"):
+        assert key in s, key
+    assert s["samples_per_s"] > 0 and 0 <= s["data_wait_frac"] <= 1
+    assert s["peak_mem_bytes"] > 10 << 20 and s["slurm_job_id"] is None
+    assert s["steps"] == 4 * (1437 // 64) and s["precision"] == "bf16"
+    assert s["torch_version"] == torch.__version__
+
+
+@pytest.fixture(scope="module")
+def fsdp_vs_ddp(tmp_path_factory):
+    """The same run (fp32, same seed, same global batch) under DDP and under FSDP2."""
+    runs = {}
+    for strategy in ("ddp", "fsdp"):
+        tmp = tmp_path_factory.mktemp(strategy)
+        cfg = {"processes": 2, "strategy": strategy, "precision": "fp32",
+               "batch": {"global": 64, "per_device": 16}, "train": {"epochs": 2, "log_every_steps": 2}}
+        out, _ = launch_training(tmp, cfg, dump=tmp / "params")
+        runs[strategy] = (tmp, out)
+    return runs
+
+
+def test_fsdp_ends_with_identical_full_parameters_on_every_rank(fsdp_vs_ddp):
+    tmp, _ = fsdp_vs_ddp["fsdp"]
+    r0, r1 = (torch.load(tmp / "params" / f"rank{r}.pt", weights_only=True) for r in (0, 1))
+    assert r0.keys() == r1.keys() and all(torch.equal(r0[k], r1[k]) for k in r0)
+    assert not any(k.startswith("module.") or "_fsdp" in k for k in r0)  # plain names, loadable anywhere
+
+
+def test_ddp_and_fsdp_follow_the_same_loss_curve(fsdp_vs_ddp):
+    curves = {}
+    for strategy, (_, out) in fsdp_vs_ddp.items():
+        curves[strategy] = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(curves["ddp"]) == len(curves["fsdp"]) > 5
+    for a, b in zip(curves["ddp"], curves["fsdp"]):
+        assert b == pytest.approx(a, rel=1e-3, abs=1e-4)
+    ddp_params = torch.load(fsdp_vs_ddp["ddp"][0] / "params" / "rank0.pt", weights_only=True)
+    fsdp_params = torch.load(fsdp_vs_ddp["fsdp"][0] / "params" / "rank0.pt", weights_only=True)
+    for key in ddp_params:
+        torch.testing.assert_close(fsdp_params[key], ddp_params[key], rtol=1e-3, atol=1e-4)
+
+
+def test_fsdp_checkpoint_is_sharded_and_converts_to_a_plain_full_state_dict(fsdp_vs_ddp, tmp_path):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    _, out = fsdp_vs_ddp["fsdp"]
+    summary = read_json(out / "train.json")
+    path = Path(summary["checkpoint"]["path"])
+    assert summary["checkpoint"]["kind"] == "dcp" and path.is_dir()
+    assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "trainer.pt"} <= set(summary["checkpoint"]["files"])
+    dcp_to_torch_save(path, tmp_path / "full.pt")
+    state = torch.load(tmp_path / "full.pt", weights_only=True)
+    from airetrain.train.models import small_cnn
+    model = small_cnn({"shape": [1, 8, 8], "classes": 10}, {"width": 32})
+    model.load_state_dict(state["model"])  # strict: every key, unsharded shapes
+    assert summary["strategy"] == "fsdp" and summary["eval_accuracy"] > 0.8
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_longer_rerun_resumes_from_the_checkpoint(tmp_path, strategy):
+    """Raising epochs continues from the newest checkpoint (same training config) instead of restarting."""
+    cfg = {"processes": 2, "strategy": strategy, "batch": {"global": 64, "per_device": 32},
+           "train": {"epochs": 1, "log_every_steps": 5}}
+    out, _ = launch_training(tmp_path, cfg)
+    first = read_json(out / "train.json")
+    out, proc = launch_training(tmp_path, {**cfg, "train": {"epochs": 2, "log_every_steps": 5}})
+    second = read_json(out / "train.json")
+    assert second["resumed_from_step"] == first["steps"] == 22
+    assert second["steps"] == 44 and second["steps_this_session"] == 22
+    assert "resumed from" in proc.stdout
+    changed, proc = launch_training(tmp_path, {**cfg, "optim": {"lr": 0.001}})
+    assert read_json(changed / "train.json")["resumed_from_step"] == 0   # another config never resumes

@@ -1,0 +1,37 @@
+"""train/stopping.py: every rank stops together, at the deadline or on SIGTERM (rank 0 of 1 here)."""
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from airetrain.train.stopping import Stopper
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def sigterm_restored():
+    handler = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, handler)
+
+
+def test_goes_on_until_the_margin_before_the_deadline(process_group, sigterm_restored):
+    far = Stopper(True, margin_s=60, env={"AIRETRAIN_END_TIME": str(time.time() + 600)})
+    assert far.check(CPU) is None
+    near = Stopper(True, margin_s=60, env={"AIRETRAIN_END_TIME": str(time.time() + 30)})
+    assert near.check(CPU) == "deadline"
+
+
+def test_sigterm_stops_after_the_step_in_progress(process_group, sigterm_restored):
+    stopper = Stopper(True, margin_s=60, env={})
+    assert stopper.check(CPU) is None
+    os.kill(os.getpid(), signal.SIGTERM)   # the real signal: the handler only sets a flag
+    assert stopper.check(CPU) == "signal"
+
+
+def test_no_deadline_outside_slurm_without_an_end_time(process_group, sigterm_restored):
+    stopper = Stopper(True, margin_s=10 ** 9, env={})
+    assert stopper.end_time is None and stopper.check(CPU) is None

@@ -1,0 +1,97 @@
+"""The trainer's pieces, in this process as rank 0 of a one-rank gloo group (no torchrun):
+train/step.py, train/evaluate.py, train/progress.py and train/summary.py."""
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from airetrain import records
+from airetrain.train.distributed import Dist
+from airetrain.train.evaluate import evaluate
+from airetrain.train.parallel import Parallel
+from airetrain.train.progress import Progress
+from airetrain.train.step import train_step
+from airetrain.train.summary import gathered_figures, train_record
+
+D = Dist(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
+PLAN = {"strategy": "ddp", "activation_checkpointing": False, "precision": "fp32",
+        "config": {"compile": False, "fsdp_cpu_offload": False, "train": {"log_every_steps": 2, "epochs": 1}},
+        "batch": {"global": 8, "per_device": 4, "grad_accum": 2}}
+
+
+def linear(seed=0):
+    torch.manual_seed(seed)
+    return nn.Linear(3, 2)
+
+
+def sgd_step(model, x, y):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    return optimizer, scheduler, scaler
+
+
+def test_two_accumulated_micro_batches_make_the_step_of_their_whole_batch(process_group):
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    accumulated, whole = linear(), linear()
+    par = Parallel(accumulated, PLAN, D.device)
+    optimizer, scheduler, scaler = sgd_step(accumulated, x, y)
+    loss, wait_s = train_step(par, iter([(x[:4], y[:4]), (x[4:], y[4:])]), optimizer, scaler, scheduler,
+                              accum=2, device=D.device, precision="fp32")
+
+    reference = torch.optim.SGD(whole.parameters(), lr=0.5)
+    expected_loss = nn.functional.cross_entropy(whole(x), y)
+    expected_loss.backward()
+    reference.step()
+    assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-6)
+    for a, b in zip(accumulated.parameters(), whole.parameters()):
+        torch.testing.assert_close(a, b)
+    assert wait_s >= 0 and all(p.grad is None for p in accumulated.parameters())   # gradients cleared
+    assert scheduler.last_epoch == 1
+
+
+def test_evaluate_scores_every_sample_once(process_group):
+    model = linear()
+    with torch.no_grad():     # class 1 wins wherever the first input is positive
+        model.weight.copy_(torch.tensor([[0.0, 0, 0], [1.0, 0, 0]]))
+        model.bias.zero_()
+    x = torch.tensor([[1.0, 0, 0], [-1.0, 0, 0], [2.0, 0, 0], [-3.0, 0, 0], [0.5, 0, 0]])
+    y = torch.tensor([1, 0, 0, 0, 1])   # the third is wrong: 4 of 5 right
+    accuracy, loss = evaluate(Parallel(model, PLAN, D.device), TensorDataset(x, y), D, "fp32")
+    assert accuracy == pytest.approx(0.8)
+    assert loss == pytest.approx(nn.functional.cross_entropy(model(x), y).item(), rel=1e-5)
+    assert model.training   # back in training mode
+
+
+def test_progress_logs_every_n_steps_and_the_last_with_the_windows_mean_loss(process_group, tmp_path):
+    progress = Progress(D, PLAN, total_steps=5, metrics_path=tmp_path / "metrics.jsonl")
+    for step, loss in enumerate([1.0, 3.0, 5.0, 7.0, 9.0], start=1):
+        progress.step_done(step, 0, torch.tensor(loss), wait_s=0.25, step_s=1.0)
+    progress.close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [2, 4, 5]
+    assert [line["loss"] for line in lines] == [2.0, 6.0, 9.0]
+    assert all(line["data_wait_frac"] == 0.25 for line in lines)
+    assert progress.steps == 5 and progress.loss == 9.0
+
+
+def test_train_record_is_a_complete_train_json_with_per_step_figures(process_group):
+    plan = {**PLAN, "run": "r", "world_size": 1, "nodes": 1, "device": "cpu", "memory_estimate": None,
+            "env": {"OMP_NUM_THREADS": "1"}}
+    progress = SimpleNamespace(steps=4, wait_s=1.0, step_s=4.0, loss=0.5)
+    figures = gathered_figures(D, progress, {"gpu_util_mean": None, "gpu_mem_peak_bytes": None})
+    checkpoints = SimpleNamespace(stalls=[0.1, 0.3], latest={"path": "/x/step-00000010.pt"})
+    record = train_record(plan, {"shape": [3], "classes": 2}, progress, step=10, figures=figures,
+                          flops_per_micro=1000, peak_flops=None, train_s=8.0, checkpoints=checkpoints,
+                          final_wait_s=0.5, evaluation=(0.75, 0.6), hosts=["h"])
+    records.check(records.TrainRecord, record)   # every field of the definition, no other
+    assert record["resumed_from_step"] == 6 and record["steps_this_session"] == 4
+    assert record["samples_per_s"] == 4 * 8 / 8.0 and record["step_time_s"] == 1.0
+    assert record["data_wait_s_per_step"] == 0.25 and record["compute_s_per_step"] == 0.75
+    assert record["data_wait_frac"] == 0.25 and record["flops_per_step"] == 2000
+    assert record["mfu"] is None and record["achieved_tflops"] == round(2000 * 4 / 8.0 / 1e12, 3)
+    assert record["checkpoint_saves"] == 2 and record["checkpoint_stall_s_mean"] == 0.2
+    assert record["eval_accuracy"] == 0.75 and record["final_loss"] == 0.5
