@@ -20,24 +20,25 @@ def _load_plans(configfiles: list[str]) -> dict:
 
 
 def _plan(args) -> None:
-    from .plan.planner import format_table, resolve_strategy
+    from .plan.planner import resolve_strategy
+    from .plan.table import format_table
 
     plans = {name: resolve_strategy(plan) for name, plan in _load_plans(args.configfile).items()}
     print(format_table(plans))
     if args.write:
-        from .fsutil import write_json_atomic
+        from .records import PlanRecord, write_record
         for name, plan in plans.items():
-            write_json_atomic(Path(args.write) / name / "plan.json", plan)
+            write_record(Path(args.write) / name / "plan.json", PlanRecord, plan)
 
 
 def _resolve(args) -> None:
     import json
 
-    from .fsutil import write_json_atomic
     from .plan.planner import resolve_strategy
+    from .records import PlanRecord, write_record
 
     plan = resolve_strategy(json.loads(args.plan_json))
-    write_json_atomic(args.out, plan)
+    write_record(args.out, PlanRecord, plan)
     print(f"run {plan['run']}: strategy {plan['strategy']}"
           + (f" ({plan['memory_estimate']['reason']})" if plan["memory_estimate"] else ""))
 
@@ -71,26 +72,24 @@ def _stage(args) -> None:
 
 
 def _launch(args) -> None:
-    from .fsutil import read_json
+    from .records import PlanRecord, read_record
     from .train.launch import run
 
-    code = run(read_json(args.plan), args.script, ["--plan", args.plan, "--stage", args.stage, "--out", args.out],
-               args.out)
+    script_args = ["--plan", args.plan, "--stage", args.stage, "--out", args.out]
+    code = run(read_record(args.plan, PlanRecord), args.script, script_args, args.out)
     sys.exit(code)
 
 
 def _promote(args) -> None:
-    from .fsutil import read_json, write_json_atomic
     from .checkpoint.promote import promote
+    from .records import CheckpointRecord, PlanRecord, RunRecord, TrainRecord, read_record, run_record, write_record
 
-    from .records import run_record
-
-    plan, train = read_json(args.plan), read_json(args.train)
+    plan, train = read_record(args.plan, PlanRecord), read_record(args.train, TrainRecord)
     result = promote(train["checkpoint"], plan["durable_dir"], plan["config"]["checkpoint"]["keep"])
-    write_json_atomic(args.out, result)
+    write_record(args.out, CheckpointRecord, result)
     if args.record:
         record = run_record(plan, train, args.workflow_dir, Path(plan["durable_dir"]).parent)
-        write_json_atomic(args.record, record)
+        write_record(args.record, RunRecord, record)
     print(f"promoted {result['path']} ({result['size']} bytes, sha256 {result['sha256'][:12]}…): {result['mode']}")
 
 

@@ -197,14 +197,14 @@ class Checkpointer:
         header = [None]
         if found:
             state, path, entry = found
-            trainer = state if entry.get("kind", "file") == "dcp" else state["trainer"]
-            header = [{"trainer": trainer, "path": str(path), "kind": entry.get("kind", "file"),
+            trainer = state if store.kind(entry) == store.DCP else state["trainer"]
+            header = [{"trainer": trainer, "path": str(path), "kind": store.kind(entry),
                        "entry": {**entry, "path": str(path)}}]
         dist.broadcast_object_list(header, src=0)
         if header[0] is None:
             return None
         head = header[0]
-        if head["kind"] == "file":
+        if head["kind"] == store.FILE:
             state = found[0] if self.d.is_main else {"model": {}, "optimizer": {}}
             self.par.load_full_state(self.optimizer, state["model"], state["optimizer"])
         else:

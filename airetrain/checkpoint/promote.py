@@ -29,7 +29,7 @@ def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_
             store.verify(dst, entry)
             mode = "already durable"
     except (CheckpointError, FileNotFoundError, NotADirectoryError):
-        if entry.get("kind", "file") == "dcp":
+        if store.kind(entry) == store.DCP:
             copy_dir_atomic(src, dst, entry["files"])
         else:
             copy_atomic(src, dst, expected_sha256=entry["sha256"])

@@ -29,6 +29,12 @@ from ..fsutil import commit, fsync_dir, read_json, sha256_file, write_bytes_atom
 
 log = logging.getLogger("airetrain.checkpoint.store")
 MANIFEST = "manifest.json"
+FILE, DCP = "file", "dcp"   # the two kinds of checkpoint
+
+
+def kind(entry: dict) -> str:
+    """An entry's kind; entries written before DCP existed here have none and are files."""
+    return entry.get("kind", FILE)
 TRAINER_FILE = "trainer.pt"
 
 
@@ -55,13 +61,13 @@ def fingerprint(config: dict) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def file_name(step: int, kind: str = "file") -> str:
-    return f"step-{step:08d}." + ("pt" if kind == "file" else "dcp")
+def file_name(step: int, of_kind: str = FILE) -> str:
+    return f"step-{step:08d}." + ("pt" if of_kind == FILE else "dcp")
 
 
 def tmp_dir_name(step: int) -> str:
     """Where a sharded checkpoint is written before its rename (the same name on every rank)."""
-    return f".{file_name(step, 'dcp')}.partial"
+    return f".{file_name(step, DCP)}.partial"
 
 
 def _manifest(directory: Path) -> dict:
@@ -133,7 +139,7 @@ def write_file(state: dict, directory: str | Path, step: int, fingerprint: str) 
     final = directory / file_name(step)
     write_bytes_atomic(final, data)
     trainer = state["trainer"]
-    return {"file": final.name, "kind": "file", "step": step, "epoch": trainer["epoch"], "size": len(data),
+    return {"file": final.name, "kind": FILE, "step": step, "epoch": trainer["epoch"], "size": len(data),
             "sha256": hashlib.sha256(data).hexdigest(), "fingerprint": fingerprint, "path": str(final)}
 
 
@@ -146,12 +152,12 @@ def commit_dir(partial: Path, trainer: dict, fingerprint: str) -> dict:
             os.fsync(f.fileno())
         files[path.name] = sha256_file(path)
     fsync_dir(partial)
-    final = partial.with_name(file_name(trainer["step"], "dcp"))
+    final = partial.with_name(file_name(trainer["step"], DCP))
     if final.exists():   # a leftover from an earlier session at the same step: replace it
         remove(final)
     commit(partial, final)
     size = sum((final / n).stat().st_size for n in files)
-    return {"file": final.name, "kind": "dcp", "step": trainer["step"], "epoch": trainer["epoch"], "size": size,
+    return {"file": final.name, "kind": DCP, "step": trainer["step"], "epoch": trainer["epoch"], "size": size,
             "sha256": _digest_of(files), "files": files, "fingerprint": fingerprint, "path": str(final)}
 
 
@@ -168,7 +174,7 @@ def verify(path: str | Path, entry: dict) -> dict:
     Returns the whole state of a file checkpoint, or the trainer state of a DCP directory (its
     shards are read by every rank with torch.distributed.checkpoint.load after this check)."""
     path = Path(path)
-    if entry.get("kind", "file") == "file":
+    if kind(entry) == FILE:
         if sha256_file(path) != entry["sha256"]:
             raise CheckpointError(f"{path}: sha256 does not match its manifest (corrupt or truncated)")
         return _load(path)

@@ -164,16 +164,9 @@ def _check_not_home(key: str, path: Path, explicit: bool, env, problems: list[st
         )
 
 
-def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
-    env = os.environ if env is None else env
-    cfg.check_name(name)
-    problems: list[str] = []
-    site = top["site"]
-    nodes, nproc = _layout(name, run, site, problems)
-    world = nodes * nproc
-    device = run["device"] if run["device"] != "auto" else ("cuda" if run["gpus"] else "cpu")
+def _per_node(name: str, run: dict, site: dict, nproc: int, problems: list[str]) -> tuple[int, int, float]:
+    """(cores per rank, cores per node, memory GB per node), refused where a node has less."""
     kind = "gpu" if run["gpus"] else "cpu"
-
     cpus_per_rank = run["cpus_per_rank"] or DEFAULT_CPUS_PER_RANK[kind]
     mem_gb_per_rank = run["mem_gb_per_rank"] or DEFAULT_MEM_GB_PER_RANK[kind]
     cpus_per_node, mem_gb_per_node = cpus_per_rank * nproc, mem_gb_per_rank * nproc
@@ -187,7 +180,11 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
             f"runs.{name}.mem_gb_per_rank = {mem_gb_per_rank} x {nproc} ranks per node = {mem_gb_per_node} GB, "
             f"but a node has {site['mem_gb_per_node']} GB; use mem_gb_per_rank: {int(site['mem_gb_per_node'] // nproc)}"
         )
-    batch = _batch(name, run, world, problems)
+    return cpus_per_rank, cpus_per_node, mem_gb_per_node
+
+
+def _limit_checks(name: str, run: dict, site: dict, problems: list[str]) -> None:
+    """The partition's limits: GPUs per user, the longest job, and time left to train before the stop."""
     if run["gpus"] > site["max_gpus_per_user"]:
         problems.append(f"runs.{name}.gpus = {run['gpus']} exceeds site.max_gpus_per_user = "
                         f"{site['max_gpus_per_user']}: the job would never start; ask for at most that many")
@@ -196,12 +193,14 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
         problems.append(f"runs.{name}.time_min adds up to {total_min} min, over site.max_wall_hours = "
                         f"{site['max_wall_hours']} h; shorten train (the run resumes from its checkpoint "
                         "when resubmitted)")
-
     margin = run["checkpoint"]["stop_margin_min"]
     if margin >= total_min:
         problems.append(f"runs.{name}.checkpoint.stop_margin_min = {margin} leaves no time to train in a job of "
                         f"{total_min} min (time_min); lower it or raise time_min.train")
 
+
+def _storage_checks(name: str, run: dict, top: dict, scratch: Root, env, problems: list[str]) -> Path | None:
+    """The dataset's path on the durable root; nothing durable under $HOME."""
     dataset = _dataset_path(name, run["data"], scratch, problems)
     if dataset is not None:
         data_path = Path(run["data"]["path"] or DIGITS_PATH)
@@ -210,14 +209,55 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
     _check_not_home("roots.scratch", scratch.path, not scratch.fallback, env, problems)
     if top["roots"]["tmp_shared"]:
         _check_not_home("roots.tmp_shared", Path(top["roots"]["tmp_shared"]), True, env, problems)
+    return dataset
 
+
+def _account(name: str, run: dict, env, problems: list[str]) -> str | None:
+    """The run's account, else $SBATCH_ACCOUNT (validated: it reaches sbatch), else none."""
     account = run["slurm"]["account"] or env.get("SBATCH_ACCOUNT") or None
     if not run["slurm"]["account"] and account and not cfg.SLURM_NAME.match(account):
         problems.append(f"$SBATCH_ACCOUNT = {account!r} is not a SLURM account name (letters, digits, '_', '.' "
                         f"and '-'); fix the variable, or set runs.{name}.slurm.account")
+    return account
 
+
+def _slurm_request(run: dict, nodes: int, nproc: int, cpus_per_node: int, mem_gb_per_node: float,
+                   account: str | None) -> dict:
+    return {
+        "partition": run["slurm"]["partition"],
+        # sbatch reads $SBATCH_ACCOUNT itself, but the executor would otherwise guess one
+        "account": account,
+        "nodes": nodes,
+        "tasks": nodes,
+        "cpus_per_task": cpus_per_node,
+        "mem_mb": int(mem_gb_per_node * 1024),
+        "gres": f"gpu:{nproc}" if run["gpus"] else None,
+        # The executor runs a rule that has an `mpi` resource unwrapped in the batch step, so
+        # the launcher can start its own `srun` across all nodes. Its MPI checks refuse
+        # tasks=1, so one node sets the key with an empty value (same launch path).
+        "mpi": "srun" if nodes > 1 else "",
+        # a requeued job appends to its log instead of truncating the first run's
+        "extra": "--open-mode=append" + (" --requeue" if run["checkpoint"]["requeue"] else ""),
+        # its own resource: the executor refuses --qos in slurm_extra (and then waits forever)
+        "qos": run["slurm"]["qos"],
+    }
+
+
+def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
+    """The run's plan (a PlanRecord), or ConfigError listing every reason it cannot run."""
+    env = os.environ if env is None else env
+    cfg.check_name(name)
+    problems: list[str] = []
+    site = top["site"]
+    nodes, nproc = _layout(name, run, site, problems)
+    world = nodes * nproc
+    device = run["device"] if run["device"] != "auto" else ("cuda" if run["gpus"] else "cpu")
+    cpus_per_rank, cpus_per_node, mem_gb_per_node = _per_node(name, run, site, nproc, problems)
+    batch = _batch(name, run, world, problems)
+    _limit_checks(name, run, site, problems)
+    dataset = _storage_checks(name, run, top, scratch, env, problems)
+    account = _account(name, run, env, problems)
     warnings = _trainer_checks(name, run, device, problems)
-
     if problems:
         raise ConfigError(f"run {name!r} refused:\n  - " + "\n  - ".join(problems))
 
@@ -247,24 +287,7 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
         },
         "dataset": str(dataset) if dataset else None,
         "durable_dir": str(run_dir(scratch.path, name) / "checkpoints"),
-        "slurm": {
-            "partition": run["slurm"]["partition"],
-            # sbatch reads $SBATCH_ACCOUNT itself, but the executor would otherwise guess one
-            "account": account,
-            "nodes": nodes,
-            "tasks": nodes,
-            "cpus_per_task": cpus_per_node,
-            "mem_mb": int(mem_gb_per_node * 1024),
-            "gres": f"gpu:{nproc}" if run["gpus"] else None,
-            # The executor runs a rule that has an `mpi` resource unwrapped in the batch step, so
-            # the launcher can start its own `srun` across all nodes. Its MPI checks refuse
-            # tasks=1, so one node sets the key with an empty value (same launch path).
-            "mpi": "srun" if nodes > 1 else "",
-            # a requeued job appends to its log instead of truncating the first run's
-            "extra": "--open-mode=append" + (" --requeue" if run["checkpoint"]["requeue"] else ""),
-            # its own resource: the executor refuses --qos in slurm_extra (and then waits forever)
-            "qos": run["slurm"]["qos"],
-        },
+        "slurm": _slurm_request(run, nodes, nproc, cpus_per_node, mem_gb_per_node, account),
         "env": job_env(run, nodes, cpus_per_rank),
         "config": run,
     }
@@ -363,22 +386,3 @@ def plan_warnings(plans: dict[str, dict], top: dict) -> list[str]:
         warnings.append(f"these {len(plans)} runs ask for {demand} GPUs together, over the per-user limit of "
                         f"{limit} (site.max_gpus_per_user): at most {limit} GPUs run at once, the rest queue")
     return warnings
-
-
-def format_table(plans: dict[str, dict]) -> str:
-    """One line per run: what it asks for and how its batch is made."""
-    header = ["run", "device", "world", "nodes", "ranks/node", "gres", "cores/node", "mem/node",
-              "time", "global = per_device x world x accum", "strategy", "precision"]
-    rows = []
-    for name, p in plans.items():
-        b = p["batch"]
-        rows.append([
-            name, p["device"], str(p["world_size"]), str(p["nodes"]), str(p["nproc_per_node"]),
-            p["slurm"]["gres"] or "-", str(p["cpus_per_node"]), f"{p['mem_gb_per_node']:g}G",
-            f"{p['time_min']['total']}m",
-            f"{b['global']} = {b['per_device']} x {p['world_size']} x {b['grad_accum']}",
-            p["strategy"], p["precision"],
-        ])
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])

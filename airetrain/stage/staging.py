@@ -9,9 +9,8 @@ import os
 import socket
 from pathlib import Path
 
-from ..fsutil import read_json
 from ..plan.roots import Root, fast_root, run_dir
-from ..records import StageRecord, read_record, write_record
+from ..records import PlanRecord, StageRecord, read_record, write_record
 from .copy import stage
 
 
@@ -27,7 +26,7 @@ def stage_run(plan_path: str, out: str | Path, this_node: bool = False) -> Stage
     """Stage the run of plan_path and write its stage.json to out (this_node: this node's part only)."""
     from ..train.launch import on_every_node
 
-    plan = read_json(plan_path)
+    plan = read_record(plan_path, PlanRecord)
     fast = fast_root(plan["roots"]["tmp_shared"])
     out = Path(out)
     if plan["dataset"] is None:  # synthetic data: made in memory by the trainer

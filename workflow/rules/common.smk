@@ -15,9 +15,10 @@ from airetrain.plan.interpreter import put_package_first
 put_package_first(workflow.basedir)
 
 from airetrain.errors import ConfigError
-from airetrain.plan.commands import command
+from airetrain.plan.commands import command, run_paths
 from airetrain.plan.interpreter import rule_python
-from airetrain.plan.planner import datasets_to_prepare, format_table, plan_workflow
+from airetrain.plan.planner import datasets_to_prepare, plan_workflow
+from airetrain.plan.table import format_table
 
 # Plan every run in this one process; refusals stop the workflow before anything is submitted.
 # Inside a job (Snakemake parses this file again there) the plan keeps the submit host's roots.

@@ -4,8 +4,13 @@ rule plan:
     output:
         "results/{run}/plan.json",
     params:
-        cmd=lambda w, output: command(
-            "resolve", python=PYTHON, plan_json=json.dumps(PLANS[w.run], sort_keys=True), out=output[0]
+        # Not derived from output: Snakemake reruns a run whose plan changed by comparing the params
+        # that are not derived from input or output.
+        cmd=lambda w: command(
+            "resolve",
+            python=PYTHON,
+            plan_json=json.dumps(PLANS[w.run], sort_keys=True),
+            out=run_paths(w.run)["plan"],
         ),
     log:
         "logs/{run}/plan.log",

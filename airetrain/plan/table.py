@@ -1,0 +1,21 @@
+"""The plan of every run as one table, printed by the workflow and by `airetrain plan`."""
+from __future__ import annotations
+
+
+def format_table(plans: dict[str, dict]) -> str:
+    """One line per run: what it asks for and how its batch is made."""
+    header = ["run", "device", "world", "nodes", "ranks/node", "gres", "cores/node", "mem/node",
+              "time", "global = per_device x world x accum", "strategy", "precision"]
+    rows = []
+    for name, p in plans.items():
+        b = p["batch"]
+        rows.append([
+            name, p["device"], str(p["world_size"]), str(p["nodes"]), str(p["nproc_per_node"]),
+            p["slurm"]["gres"] or "-", str(p["cpus_per_node"]), f"{p['mem_gb_per_node']:g}G",
+            f"{p['time_min']['total']}m",
+            f"{b['global']} = {b['per_device']} x {p['world_size']} x {b['grad_accum']}",
+            p["strategy"], p["precision"],
+        ])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])
