@@ -61,8 +61,8 @@ def _doctor(args) -> None:
 
 
 def _prepare(args) -> None:
-    from .stage.datasets import prepare_digits
-    print(prepare_digits(args.dest))
+    from .stage.datasets import PREPARED
+    print(PREPARED[args.dataset](args.dest))
 
 
 def _stage(args) -> None:
@@ -75,8 +75,12 @@ def _launch(args) -> None:
     from .records import PlanRecord, read_record
     from .train.launch import run
 
+    plan = read_record(args.plan, PlanRecord)
+    if plan["script"]:   # the user's own script, run as it is
+        from .train.script_run import run_script
+        sys.exit(run_script(plan, args.stage, args.out))
     script_args = ["--plan", args.plan, "--stage", args.stage, "--out", args.out]
-    code = run(read_record(args.plan, PlanRecord), args.script, script_args, args.out)
+    code = run(plan, args.script, script_args, args.out)
     sys.exit(code)
 
 
@@ -141,7 +145,10 @@ def main(argv=None) -> None:
     p = sub.add_parser("doctor", help="torch, CUDA, NCCL, GPUs and the variables that matter")
     p.set_defaults(func=_doctor)
 
-    p = sub.add_parser("prepare", help="write the embedded digits dataset as .npy shards")
+    p = sub.add_parser("prepare", help="write a built-in dataset (digits, or shapes for segmentation) as .npy shards")
+    p.add_argument("--dataset", choices=["digits", "shapes", "shapes3d"], default="digits",
+                   help="digits: 8x8 handwritten digits, 10 classes; shapes, shapes3d: discs and squares "
+                        "(balls and cubes) with their masks, 3 classes")
     p.add_argument("dest")
     p.set_defaults(func=_prepare)
 

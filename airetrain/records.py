@@ -79,6 +79,8 @@ class PlanRecord(TypedDict):
     durable_dir: Doc[str, "<scratch>/airetrain/<run>/checkpoints: where checkpoints are kept"]
     slurm: Doc[SlurmRequest, "what the job asks SLURM for"]
     env: Doc[dict, "environment variables set for the training processes"]
+    script: Doc[Optional[dict], "script mode: the user's script (absolute path) and its arguments; none: the "
+                                "built-in trainer"]
     config: Doc[dict, "the run's complete config, defaults filled in"]
     torchrun: Doc[list, "torchrun's arguments"]
 
@@ -131,11 +133,14 @@ class TrainRecord(TypedDict):
     gpu_mem_peak_bytes: Doc[Optional[int], "GPU memory peak from NVML, bytes"]
     memory_estimate: Doc[Optional[dict], "the plan's per-GPU memory estimate"]
     activation_checkpointing: Doc[bool, "whether activation checkpointing was on"]
+    parallel_units: Doc[dict, "the units FSDP shards and activation checkpointing wraps: how they were chosen, "
+                              "how many, their classes"]
     data_wait_frac: Doc[float, "share of step time waiting for the data loader, mean over ranks (0-1)"]
     peak_mem_bytes: Doc[int, "peak memory of the busiest rank: CUDA allocator peak, or peak RSS on CPU"]
     final_loss: Doc[Optional[float], "training loss over the last logged window, mean over ranks"]
-    eval_loss: Doc[float, "mean loss on the held-out split"]
-    eval_accuracy: Doc[float, "accuracy on the held-out split"]
+    eval_loss: Doc[Optional[float], "mean loss on the held-out split (none without a test split)"]
+    eval_accuracy: Doc[Optional[float], "accuracy on the held-out split, for classification (none otherwise)"]
+    eval_metrics: Doc[dict, "every metric on the held-out split: accuracy, or train.metrics' own"]
     slurm_job_id: Doc[Optional[str], "the SLURM job (none outside SLURM)"]
     hostnames: Doc[list, "the hosts of every rank"]
     launch_host: Doc[str, "the host of rank 0"]

@@ -20,6 +20,8 @@ def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_
     copy back, hashes it and loads it (weights_only=True): the promote rule does; the trainer's
     background promotion skips it to stay short. With keep, older checkpoints on scratch are
     removed, but only after this one is in place there."""
+    if store.kind(entry) == store.MIRROR:
+        return promote_mirror(entry, durable_dir)
     src, durable_dir = Path(entry["path"]), Path(durable_dir)
     dst = durable_dir / src.name
     try:
@@ -39,3 +41,15 @@ def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_
     store.record(durable_dir, entry, keep)
     return {**{k: v for k, v in entry.items() if k != "path"}, "path": str(dst), "source": str(src),
             "mode": mode, "verified": True}
+
+
+def promote_mirror(entry: dict, durable_dir: str | Path) -> dict:
+    """Script mode: the launcher has already copied the script's checkpoint directory to scratch;
+    every file there is hashed again against the mirror's index (raises if one differs)."""
+    from .mirror import verify
+
+    files = verify(durable_dir)
+    if {rel: f["sha256"] for rel, f in files.items()} != entry["files"]:
+        raise CheckpointError(f"{durable_dir}: the durable files differ from those train.json names")
+    return {**entry, "path": str(durable_dir), "source": str(durable_dir), "mode": "already durable",
+            "verified": True}

@@ -29,7 +29,7 @@ from ..fsutil import commit, fsync_dir, read_json, sha256_file, write_bytes_atom
 
 log = logging.getLogger("airetrain.checkpoint.store")
 MANIFEST = "manifest.json"
-FILE, DCP = "file", "dcp"   # the two kinds of checkpoint
+FILE, DCP, MIRROR = "file", "dcp", "mirror"   # kinds: one file, a DCP directory, a script's mirrored directory
 
 
 def kind(entry: dict) -> str:
@@ -122,7 +122,7 @@ def clean_partial(directory: str | Path) -> None:
             remove(path)
 
 
-def _digest_of(files: dict[str, str]) -> str:
+def digest_of(files: dict[str, str]) -> str:
     return hashlib.sha256("".join(f"{n}:{h}\n" for n, h in sorted(files.items())).encode()).hexdigest()
 
 
@@ -158,7 +158,7 @@ def commit_dir(partial: Path, trainer: dict, fingerprint: str) -> dict:
     commit(partial, final)
     size = sum((final / n).stat().st_size for n in files)
     return {"file": final.name, "kind": DCP, "step": trainer["step"], "epoch": trainer["epoch"], "size": size,
-            "sha256": _digest_of(files), "files": files, "fingerprint": fingerprint, "path": str(final)}
+            "sha256": digest_of(files), "files": files, "fingerprint": fingerprint, "path": str(final)}
 
 
 def _load(path: Path):

@@ -9,7 +9,7 @@ import shlex
 
 STEPS = {
     "resolve": ("resolve", "--plan-json", "{plan_json}", "--out", "{out}"),
-    "prepare": ("prepare", "{dataset}"),
+    "prepare": ("prepare", "--dataset", "{name}", "{dataset}"),
     "stage": ("stage", "--plan", "{plan}", "--out", "{out}"),
     "launch": ("launch", "--plan", "{plan}", "--stage", "{stage}", "--out", "{out}", "--script", "{script}"),
     "promote": ("promote", "--plan", "{plan}", "--train", "{train}", "--out", "{out}", "--record", "{record}",

@@ -18,6 +18,10 @@ def dataset_meta(data: dict, dataset_path: str | None) -> dict | None:
     """The dataset's shape/classes (or vocab/seq_len) without loading it; None when unknown."""
     if data["name"] == "digits":
         return {"shape": [1, 8, 8], "classes": 10}
+    if data["name"] in ("shapes", "shapes3d"):
+        side = {"shapes": 32, "shapes3d": 16}[data["name"]]
+        dims = 2 if data["name"] == "shapes" else 3
+        return {"shape": [1, *[side] * dims], "classes": 3, "task": "segmentation"}
     if data["name"] == "synthetic":
         if data["vocab"]:
             return {"vocab": data["vocab"], "seq_len": data["seq_len"], "classes": data["vocab"]}
@@ -31,7 +35,8 @@ def _probe(model_json: str, meta_json: str, per_device: int) -> tuple[int, int, 
     """(parameters, activation bytes of one fp32 forward, blocks) for a per-device batch."""
     import torch
 
-    from ..train.models import block_container, build_model
+    from ..train.models import build_model
+    from ..train.sharding import find_units
 
     model_cfg, meta = json.loads(model_json), json.loads(meta_json)
     with torch.device("meta"):
@@ -50,7 +55,7 @@ def _probe(model_json: str, meta_json: str, per_device: int) -> tuple[int, int, 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(x)
     params = sum(p.numel() for p in model.parameters())
-    return params, saved, len(block_container(model))
+    return params, saved, len(find_units(model, model_cfg.get("fsdp_units")).units)
 
 
 def estimate(run: dict, meta: dict | None, world: int, per_device: int) -> dict:
@@ -76,6 +81,7 @@ def estimate(run: dict, meta: dict | None, world: int, per_device: int) -> dict:
         "ddp_per_gpu_gb": round(ddp / GB, 3),
         "fsdp_per_gpu_gb": round(fsdp / GB, 3),
         "budget_gb": budget,
+        "fsdp_units": blocks,   # what FSDP would shard one by one (train/sharding.py)
         "decision": "ddp" if fits else "fsdp",
         "reason": (f"DDP needs {ddp / GB:.2f} GB per GPU, {'within' if fits else 'over'} the {budget:g} GB budget"
                    + ("" if fits else f"; FSDP with activation checkpointing needs about {fsdp / GB:.2f} GB")),

@@ -82,14 +82,19 @@ def _batch(name: str, run: dict, world: int, problems: list[str]) -> dict:
     return {"global": glob, "per_device": per_device, "grad_accum": None}
 
 
-DIGITS_PATH = "datasets/digits"
+# The built-in datasets the workflow writes before staging (airetrain prepare), and where by default.
+PREPARED = ("digits", "shapes", "shapes3d")
+
+
+def default_data_path(data: dict) -> str | None:
+    return f"datasets/{data['name']}" if data["name"] in PREPARED else None
 
 
 def _dataset_path(name: str, data: dict, scratch: Root, problems: list[str]) -> Path | None:
     """The directory to stage, or None when there is nothing to stage (synthetic data)."""
     if data["name"] == "synthetic":
         return None
-    path = data["path"] or (DIGITS_PATH if data["name"] == "digits" else None)
+    path = data["path"] or default_data_path(data)
     if path is None:
         if data["name"] == "npy":
             problems.append(f"runs.{name}.data.path is required for data.name: npy (the shard directory)")
@@ -164,6 +169,16 @@ def _check_not_home(key: str, path: Path, explicit: bool, env, problems: list[st
         )
 
 
+def _script(name: str, run: dict, problems: list[str]) -> dict | None:
+    """Script mode's script (absolute, from the working directory) and its arguments, if it exists."""
+    if not run["train"]["script"]:
+        return None
+    path = Path(run["train"]["script"]).expanduser().absolute()
+    if not path.is_file():
+        problems.append(f"runs.{name}.train.script = {run['train']['script']!r}: no such file ({path})")
+    return {"path": str(path), "args": list(run["train"]["args"])}
+
+
 def _per_node(name: str, run: dict, site: dict, nproc: int, problems: list[str]) -> tuple[int, int, float]:
     """(cores per rank, cores per node, memory GB per node), refused where a node has less."""
     kind = "gpu" if run["gpus"] else "cpu"
@@ -203,7 +218,7 @@ def _storage_checks(name: str, run: dict, top: dict, scratch: Root, env, problem
     """The dataset's path on the durable root; nothing durable under $HOME."""
     dataset = _dataset_path(name, run["data"], scratch, problems)
     if dataset is not None:
-        data_path = Path(run["data"]["path"] or DIGITS_PATH)
+        data_path = Path(run["data"]["path"] or default_data_path(run["data"]))
         _check_not_home(f"runs.{name}.data.path", dataset, data_path.is_absolute() or not scratch.fallback, env,
                         problems)
     _check_not_home("roots.scratch", scratch.path, not scratch.fallback, env, problems)
@@ -258,6 +273,7 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
     dataset = _storage_checks(name, run, top, scratch, env, problems)
     account = _account(name, run, env, problems)
     warnings = _trainer_checks(name, run, device, problems)
+    script = _script(name, run, problems)
     if problems:
         raise ConfigError(f"run {name!r} refused:\n  - " + "\n  - ".join(problems))
 
@@ -270,7 +286,8 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
         "nodes": nodes,
         "nproc_per_node": nproc,
         "world_size": world,
-        "strategy": run["strategy"],  # auto is decided by resolve_strategy when plan.json is written
+        # auto is decided by resolve_strategy when plan.json is written; a script chooses its own
+        "strategy": "script" if script else run["strategy"],
         "activation_checkpointing": run["activation_checkpointing"] is True,
         "memory_estimate": None,
         "warnings": warnings,
@@ -289,6 +306,7 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
         "durable_dir": str(run_dir(scratch.path, name) / "checkpoints"),
         "slurm": _slurm_request(run, nodes, nproc, cpus_per_node, mem_gb_per_node, account),
         "env": job_env(run, nodes, cpus_per_rank),
+        "script": script,
         "config": run,
     }
     plan["torchrun"] = torchrun_args(plan)
@@ -372,9 +390,10 @@ def planned_scratch(results: str | Path) -> Root | None:
     return None
 
 
-def datasets_to_prepare(plans: dict[str, dict]) -> list[str]:
-    """The built-in datasets the workflow writes before staging (digits), by path: once each."""
-    return sorted({p["dataset"] for p in plans.values() if p["config"]["data"]["name"] == "digits"})
+def datasets_to_prepare(plans: dict[str, dict]) -> dict[str, str]:
+    """{path: built-in dataset name} of the datasets the workflow writes before staging: once each."""
+    return {p["dataset"]: p["config"]["data"]["name"] for p in sorted(plans.values(), key=lambda p: p["run"])
+            if p["config"]["data"]["name"] in PREPARED}
 
 
 def plan_warnings(plans: dict[str, dict], top: dict) -> list[str]:

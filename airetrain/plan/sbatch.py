@@ -51,8 +51,8 @@ def script(plan: dict, workdir: str | Path, repo: str | Path) -> str:
         plan_json,
         PLAN_END,
     ]
-    for dataset in datasets_to_prepare({run: plan}):
-        lines.append(f"[ -d {q(dataset)} ] || {command('prepare', dataset=dataset)}")
+    for dataset, name in datasets_to_prepare({run: plan}).items():
+        lines.append(f"[ -d {q(dataset)} ] || {command('prepare', name=name, dataset=dataset)}")
     lines += [
         command("stage", plan=paths["plan"], out=paths["stage"]),
         command("launch", plan=paths["plan"], stage=paths["stage"], out=paths["out"],

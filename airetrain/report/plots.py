@@ -46,7 +46,8 @@ def loss_plot(df: pd.DataFrame, results: Path | None):
     for run in df["run"]:
         path = results / str(run) / "metrics.jsonl" if results else None
         if path and path.exists():
-            points = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            lines = (json.loads(line) for line in path.read_text().splitlines() if line.strip().startswith("{"))
+            points = [p for p in lines if "step" in p and "loss" in p]   # not the evaluation's line
             ax.plot([p["step"] for p in points], [p["loss"] for p in points], label=str(run))
     ax.set_xlabel("step")
     ax.set_ylabel("training loss")

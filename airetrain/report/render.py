@@ -14,11 +14,13 @@ import pandas as pd
 from .table import COLUMNS
 
 SHOWN = ["run", "state", "job_id", "job_state", "elapsed_s", "time_eff", "cpu_eff", "mem_eff", "gpu_hours",
-         "gpu_util", "samples_per_s", "data_wait_frac", "eval_accuracy", "source"]
+         "gpu_util", "samples_per_s", "data_wait_frac", "eval_loss", "eval_accuracy", "eval_<metric>", "source"]
 
 
 def to_markdown(df: pd.DataFrame) -> str:
-    shown_cols = [c for c in SHOWN if c in df.columns and df[c].notna().any()]
+    at = SHOWN.index("eval_<metric>")
+    metrics = [c for c in df.columns if c.startswith("eval_") and c not in SHOWN]
+    shown_cols = [c for c in SHOWN[:at] + metrics + SHOWN[at + 1:] if c in df.columns and df[c].notna().any()]
     shown = df[shown_cols].astype(object).where(df[shown_cols].notna(), "")
     header = "| " + " | ".join(shown_cols) + " |"
     rule = "| " + " | ".join("---" for _ in shown_cols) + " |"

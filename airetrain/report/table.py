@@ -44,7 +44,9 @@ COLUMNS = {
     "samples_per_s": "training throughput over all ranks",
     "mfu": "model FLOPs utilisation against the GPU's bf16 peak (0-1; GPU only)",
     "data_wait_frac": "share of step time spent waiting for the data loader (0-1)",
-    "eval_accuracy": "accuracy on the held-out split",
+    "eval_loss": "mean loss on the held-out split (empty without a test split)",
+    "eval_accuracy": "accuracy on the held-out split (classification and segmentation)",
+    "eval_<metric>": "each further metric on the held-out split: dice for segmentation, or train.metrics' own",
     "requeues": "times SLURM requeued the job",
     "seff_check": "where seff is installed: 'agrees' (within 0.1 point) or what differs",
     "source": "where elapsed, cpu_eff and memory come from: sacct, or benchmark (Snakemake's, local runs)",
@@ -104,8 +106,11 @@ def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
     elif bench is not None:
         row.update(benchmark_row(bench, plan))
     if train:
-        for key in ("samples_per_s", "mfu", "data_wait_frac", "eval_accuracy", "world_size", "strategy"):
+        for key in ("samples_per_s", "mfu", "data_wait_frac", "eval_loss", "eval_accuracy", "world_size",
+                    "strategy"):
             row[key] = train.get(key)
+        for name, value in (train.get("eval_metrics") or {}).items():
+            row.setdefault(f"eval_{name}", value)
         row["job_id"] = train.get("slurm_job_id") or row.get("job_id")
         if train.get("gpu_util_mean") is not None:
             row["gpu_util"] = round(train["gpu_util_mean"] / 100 if train["gpu_util_mean"] > 1
@@ -121,7 +126,10 @@ def _finish(rows: list[dict], checks: dict[str, str]) -> pd.DataFrame:
         row["advice"] = "; ".join(advise(row))
         if checks and row.get("job_id") in checks:
             row["seff_check"] = checks[row["job_id"]]
-    return pd.DataFrame(rows).reindex(columns=list(COLUMNS))
+    columns = list(COLUMNS)
+    metrics = sorted({k for row in rows for k in row if k.startswith("eval_") and k not in COLUMNS})
+    at = columns.index("eval_<metric>")
+    return pd.DataFrame(rows).reindex(columns=columns[:at] + metrics + columns[at + 1:])
 
 
 def table(results: str | Path, runs: list[str]) -> pd.DataFrame:

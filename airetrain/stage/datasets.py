@@ -33,28 +33,16 @@ def write_file_list(root: Path) -> None:
     write_json_atomic(root / DATASET_FILES, {"files": listing})
 
 
-def prepare_digits(dst: str | Path, test_fraction: float = 0.2, shard_size: int = 1000, seed: int = 0) -> Path:
-    """Write scikit-learn's 1,797 handwritten digits (shipped with the package) as .npy shards.
-
-    Built in a temporary directory and renamed into place, so a half-written dataset never
-    appears under its real name.
-    """
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
+def _write_dataset(dst: str | Path, splits: dict[str, tuple[np.ndarray, np.ndarray]], meta: dict,
+                   shard_size: int) -> Path:
+    """Shards, meta.json and files.json, built in a temporary directory and renamed into place, so a
+    half-written dataset never appears under its real name."""
     dst = Path(dst)
-    digits = load_digits()
-    x = (digits.images.astype(np.float32) / 16.0)[:, None, :, :]  # N x 1 x 8 x 8 in [0, 1]
-    y = digits.target.astype(np.int64)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=test_fraction, random_state=seed, stratify=y)
-
     tmp = dst.with_name(f".{dst.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    write_shards(tmp, "train", x_train, y_train, shard_size)
-    write_shards(tmp, "test", x_test, y_test, shard_size)
-    meta = {"name": "digits", "classes": 10, "shape": [1, 8, 8],
-            "splits": {"train": len(x_train), "test": len(x_test)}}
+    for split, (x, y) in splits.items():
+        write_shards(tmp, split, x, y, shard_size)
+    meta = {**meta, "splits": {split: len(x) for split, (x, _) in splits.items()}}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     write_file_list(tmp)
     if dst.exists():
@@ -63,3 +51,54 @@ def prepare_digits(dst: str | Path, test_fraction: float = 0.2, shard_size: int 
     tmp.rename(dst)
     fsync_dir(dst.parent)
     return dst
+
+
+def prepare_digits(dst: str | Path, test_fraction: float = 0.2, shard_size: int = 1000, seed: int = 0) -> Path:
+    """Write scikit-learn's 1,797 handwritten digits (shipped with the package) as .npy shards."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x = (digits.images.astype(np.float32) / 16.0)[:, None, :, :]  # N x 1 x 8 x 8 in [0, 1]
+    y = digits.target.astype(np.int64)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=test_fraction, random_state=seed, stratify=y)
+    return _write_dataset(dst, {"train": (x_train, y_train), "test": (x_test, y_test)},
+                          {"name": "digits", "classes": 10, "shape": [1, 8, 8]}, shard_size)
+
+
+SHAPES = {2: 32, 3: 16}   # image side (2D) or volume side (3D), voxels
+
+
+def _shapes(count: int, dims: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Images (or volumes) of discs (class 1) and squares (class 2), each a little brighter than the
+    noise around it, with their masks; the shape drawn last wins where two overlap."""
+    side = SHAPES[dims]
+    grid = np.stack(np.meshgrid(*[np.arange(side)] * dims, indexing="ij")).astype(np.float32)
+    x = rng.normal(0.0, 0.15, (count, 1, *[side] * dims)).astype(np.float32)
+    y = np.zeros((count, *[side] * dims), dtype=np.int64)
+    for i in range(count):
+        for _ in range(rng.integers(1, 4)):
+            cls = int(rng.integers(1, 3))
+            centre = rng.uniform(side * 0.2, side * 0.8, dims).reshape(dims, *[1] * dims)
+            radius = rng.uniform(side * 0.1, side * 0.25)
+            offset = np.abs(grid - centre)
+            inside = (np.sqrt((offset ** 2).sum(0)) <= radius) if cls == 1 else (offset.max(0) <= radius * 0.8)
+            x[i, 0][inside] = 0.6 + 0.3 * (cls - 1) + rng.normal(0.0, 0.15, inside.sum())
+            y[i][inside] = cls
+    return x, y
+
+
+def prepare_shapes(dst: str | Path, dims: int = 2, train: int = 512, test: int = 128, shard_size: int = 256,
+                   seed: int = 0) -> Path:
+    """A segmentation dataset needing no download: discs and squares (2D) or balls and cubes (3D)
+    with their masks, as .npy shards: x N x 1 x side^dims float32, y N x side^dims int64 classes."""
+    rng = np.random.default_rng(seed)
+    splits = {"train": _shapes(train, dims, rng), "test": _shapes(test, dims, rng)}
+    meta = {"name": "shapes" if dims == 2 else "shapes3d", "classes": 3, "shape": [1, *[SHAPES[dims]] * dims],
+            "task": "segmentation"}
+    return _write_dataset(dst, splits, meta, shard_size)
+
+
+PREPARED = {"digits": prepare_digits, "shapes": prepare_shapes,
+            "shapes3d": lambda dst: prepare_shapes(dst, dims=3)}   # the built-in datasets `prepare` writes

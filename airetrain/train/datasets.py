@@ -33,7 +33,8 @@ class NpyShards(Dataset):
     def __getitem__(self, index: int):
         shard = bisect.bisect_right(self.ends, index)
         offset = index - (self.ends[shard - 1] if shard else 0)
-        return torch.from_numpy(np.array(self.x[shard][offset])), int(self.y[shard][offset])
+        y = self.y[shard][offset]
+        return torch.from_numpy(np.array(self.x[shard][offset])), torch.from_numpy(np.array(y)) if y.ndim else int(y)
 
 
 def read_meta(root: str | Path) -> dict:
@@ -104,11 +105,14 @@ def is_user_dataset(cfg: dict) -> bool:
     return ":" in cfg["name"]
 
 
-def build_datasets(cfg: dict, root: str | None) -> tuple[Dataset, Dataset, dict]:
+def build_datasets(cfg: dict, root: str | None) -> tuple[Dataset, Dataset | None, dict]:
     """(train, test, meta) for the `data:` config; root is the staged copy (None if nothing staged).
 
     A user dataset is `name: "package.module:function"`, called as function(split, root) and
-    returning a torch Dataset with a `meta` dict: {"shape", "classes"} or {"vocab", "seq_len"}.
+    returning a torch Dataset with a `meta` dict (what the model builder gets: for the built-in
+    models {"shape", "classes"} or {"vocab", "seq_len"}). test is None where there is no test
+    split (the builder returns None for "test", or the shards have no test/): the run trains
+    without evaluation.
     """
     from .models import import_callable
 
@@ -118,8 +122,10 @@ def build_datasets(cfg: dict, root: str | None) -> tuple[Dataset, Dataset, dict]
     elif is_user_dataset(cfg):
         builder = import_callable(name)
         train, test = builder("train", root), builder("test", root)
-    else:  # digits and npy: shards on the scratch root, staged
-        train, test = NpyShards(root, "train"), NpyShards(root, "test")
+    else:  # digits, shapes and npy: shards on the scratch root, staged
+        train = NpyShards(root, "train")
+        test = NpyShards(root, "test") if any((Path(root) / "test").glob("x-*.npy")) else None
     if not isinstance(getattr(train, "meta", None), dict):
-        raise TypeError(f"dataset {name!r} must have a `meta` dict with shape and classes (or vocab and seq_len)")
+        raise TypeError(f"dataset {name!r} must have a `meta` dict (for the built-in models: shape and classes, "
+                        "or vocab and seq_len)")
     return train, test, train.meta

@@ -104,12 +104,14 @@ def _continue(plan: dict, stopped: dict, env) -> tuple[int, str]:
     return EXIT_STOPPED, "requeued"
 
 
-def run(plan: dict, script: str, script_args: list[str], out: str) -> int:
+def run(plan: dict, script: str, script_args: list[str], out: str, extra_env: dict | None = None,
+        after_exit=None) -> int:
     """Run the launch, then continue a run that stopped early. Returns the exit code.
 
     Locally a SIGTERM to this process is passed on to torchrun (which passes it to the workers);
-    in a SLURM job, SLURM signals the step itself, so it is not sent twice."""
-    env = {**os.environ, **plan["env"]}
+    in a SLURM job, SLURM signals the step itself, so it is not sent twice. after_exit runs once the
+    ranks have exited, before a stopped run is requeued (script mode's last checkpoint copy)."""
+    env = {**os.environ, **plan["env"], **(extra_env or {})}
     cmd = command(plan, script, script_args, env)
     marker = Path(out) / STOPPED
     marker.unlink(missing_ok=True)
@@ -119,6 +121,8 @@ def run(plan: dict, script: str, script_args: list[str], out: str) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN if in_slurm else lambda *_: child.send_signal(signal.SIGTERM))
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal's Ctrl-C reaches torchrun itself
     code = child.wait()
+    if after_exit:
+        after_exit()
     if marker.exists():
         return continue_stopped(plan, read_record(marker, StopRecord), env)
     return code

@@ -27,6 +27,7 @@ from . import distributed, metrics, summary
 from .evaluate import evaluate
 from .loader import training_data
 from .models import build_model
+from .objective import Objective
 from .optim import make_optimizer, make_scheduler
 from .parallel import Parallel
 from .progress import Progress
@@ -91,7 +92,8 @@ def main(argv=None) -> Trained:
 
     seed_all(seed)   # the same initial weights on every rank (DDP also broadcasts rank 0's)
     model = build_model(cfg["model"], data.meta).to(d.device)
-    flops_per_micro = metrics.micro_batch_flops(model, data.train_set, per_device, d.device, precision)
+    objective = Objective(cfg["train"], cfg["model"])
+    flops_per_micro = metrics.micro_batch_flops(model, objective, data.train_set, per_device, d.device, precision)
     par = Parallel(model, plan, d.device)
     optimizer = make_optimizer(cfg["optim"], model.parameters())
     total_steps = data.steps_per_epoch * epochs
@@ -123,7 +125,7 @@ def main(argv=None) -> Trained:
         progress.new_epoch()
         for step_in_epoch in range(step_in_epoch + 1, data.steps_per_epoch + 1):
             t0 = time.perf_counter()
-            loss, wait_s = train_step(par, batches, optimizer, scaler, scheduler, accum, d.device, precision)
+            loss, wait_s = train_step(par, objective, batches, optimizer, scaler, scheduler, accum, d.device, precision)
             step += 1
             progress.step_done(step, epoch, loss, wait_s, time.perf_counter() - t0)
             # stop early (deadline, SIGTERM) with a durable checkpoint; otherwise save on schedule
@@ -140,7 +142,6 @@ def main(argv=None) -> Trained:
     train_s = metrics.now(d.device) - progress.t_start
     saved = ckpt.finish()
     final_wait_s = metrics.now(d.device) - progress.t_start - train_s
-    progress.close()
     if stopped:
         if d.is_main:
             write_record(out / STOPPED, StopRecord, {"reason": stopped, "step": step, "of_steps": total_steps,
@@ -149,14 +150,18 @@ def main(argv=None) -> Trained:
                      stopped, step, total_steps, saved["path"])
     else:
         gpu_figures = gpu.summary()
-        evaluation = evaluate(par, data.test_set, d, precision)
+        evaluation = evaluate(par, objective, data.test_set, d, precision)
         figures = summary.gathered_figures(d, progress, gpu_figures)
+        progress.evaluated(step, evaluation)
         if d.is_main:
             record = summary.train_record(plan, data.meta, progress, step, figures, flops_per_micro,
-                                          metrics.peak_flops(d.device), train_s, ckpt, final_wait_s, evaluation, hosts)
+                                          metrics.peak_flops(d.device), train_s, ckpt, final_wait_s, evaluation, hosts,
+                                          par.units.describe())
             write_record(out / "train.json", TrainRecord, record)
-            log.info("done: %d steps, eval accuracy %.4f, %.0f samples/s, checkpoint %s",
-                     step, evaluation[0], record["samples_per_s"] or 0, saved["path"])
+            log.info("done: %d steps, eval loss %s, %.0f samples/s, checkpoint %s", step,
+                     f"{record['eval_loss']:.4f}" if evaluation else "- (no test split)",
+                     record["samples_per_s"] or 0, saved["path"])
+    progress.close()
     # Every rank is done and every file is written. The process group is not destroyed here:
     # tearing gloo down has deadlocked on the GIL (its worker thread freeing a finished
     # all-gather while the main thread joined it); scripts/train.py ends the process instead.

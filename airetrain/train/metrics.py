@@ -19,10 +19,10 @@ def peak_flops(device: torch.device) -> float | None:
     return facts["bf16_tflops"] * 1e12 if facts else None
 
 
-def count_flops(model, x, y, loss_fn) -> int:
+def count_flops(model, objective, batch) -> int:
     """FLOPs of one forward + backward of this micro-batch (torch.utils.flop_counter)."""
     with FlopCounterMode(display=False) as counter:
-        loss_fn(model(x), y).backward()
+        objective.loss(objective.forward(model, batch), batch).backward()
     model.zero_grad(set_to_none=True)
     return int(counter.get_total_flops())
 
@@ -70,12 +70,13 @@ def now(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def micro_batch_flops(model, dataset, per_device: int, device: torch.device, precision: str) -> int:
+def micro_batch_flops(model, objective, dataset, per_device: int, device: torch.device, precision: str) -> int:
     """Model FLOPs of one micro-batch of the training set, under the run's autocast."""
     from torch.utils.data import DataLoader
 
-    from .step import autocast, loss_fn
+    from .batches import to_device
+    from .step import autocast
 
-    x, y = next(iter(DataLoader(dataset, batch_size=per_device)))
+    batch = to_device(next(iter(DataLoader(dataset, batch_size=per_device))), device)
     with autocast(device, precision):
-        return count_flops(model, x.to(device), y.to(device), loss_fn)
+        return count_flops(model, objective, batch)

@@ -122,12 +122,44 @@ class GPT(nn.Module):
         return self.head(self.norm(x))
 
 
-MODELS = {"small_cnn": small_cnn, "resnet18": ResNet18, "vit": ViT, "gpt": GPT}
+class ConvBlock(nn.Sequential):
+    """Two 3x3 convolutions (3x3x3 in 3D), each with GroupNorm (independent of the batch size) and ReLU."""
+    def __init__(self, dims: int, cin: int, cout: int):
+        conv = nn.Conv2d if dims == 2 else nn.Conv3d
+        super().__init__(conv(cin, cout, 3, padding=1), nn.GroupNorm(min(8, cout), cout), nn.ReLU(inplace=True),
+                         conv(cout, cout, 3, padding=1), nn.GroupNorm(min(8, cout), cout), nn.ReLU(inplace=True))
 
 
-def block_container(model: nn.Module) -> nn.Module:
-    """The list of blocks FSDP shards one by one (and activation checkpointing wraps)."""
-    return model.blocks if isinstance(getattr(model, "blocks", None), nn.ModuleList) else model
+class UNet(nn.Module):
+    """UNet for segmentation, 2D or 3D (model.dims): `levels` halvings, channels doubling from
+    model.width; output N x classes x H x W (x D), one score per class and pixel (voxel)."""
+
+    def __init__(self, meta: dict, cfg: dict):
+        super().__init__()
+        dims, levels, w = cfg.get("dims", 2), cfg.get("levels", 3), cfg["width"]
+        channels = [w * 2 ** i for i in range(levels + 1)]
+        self.pool = (nn.MaxPool2d if dims == 2 else nn.MaxPool3d)(2)
+        self.down = nn.ModuleList(ConvBlock(dims, cin, cout)
+                                  for cin, cout in zip([meta["shape"][0], *channels[:-2]], channels[:-1]))
+        self.bottom = ConvBlock(dims, channels[-2], channels[-1])
+        upconv = nn.ConvTranspose2d if dims == 2 else nn.ConvTranspose3d
+        self.upsample = nn.ModuleList(upconv(c * 2, c, 2, stride=2) for c in reversed(channels[:-1]))
+        self.up = nn.ModuleList(ConvBlock(dims, c * 2, c) for c in reversed(channels[:-1]))
+        self.head = (nn.Conv2d if dims == 2 else nn.Conv3d)(channels[0], meta["classes"], 1)
+
+    def forward(self, x):
+        skips = []
+        for block in self.down:
+            x = block(x)
+            skips.append(x)
+            x = self.pool(x)
+        x = self.bottom(x)
+        for upsample, block, skip in zip(self.upsample, self.up, reversed(skips)):
+            x = block(torch.cat([upsample(x), skip], dim=1))
+        return self.head(x)
+
+
+MODELS = {"small_cnn": small_cnn, "resnet18": ResNet18, "vit": ViT, "gpt": GPT, "unet": UNet}
 
 
 def import_callable(path: str):

@@ -15,7 +15,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict, set_optimizer_state_dict)
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .models import block_container
+from .sharding import find_units
 
 FULL = StateDictOptions(full_state_dict=True)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
@@ -25,11 +25,11 @@ class Parallel:
     def __init__(self, model: nn.Module, plan: dict, device: torch.device):
         self.strategy = plan["strategy"]
         self.model = model
-        blocks = block_container(model)
-        if plan["activation_checkpointing"]:  # keep each block's input, recompute the rest in backward
-            for i, block in enumerate(blocks):
-                if any(p.requires_grad for p in block.parameters()):
-                    blocks[i] = checkpoint_wrapper(block)
+        self.units = find_units(model, plan["config"]["model"].get("fsdp_units"))
+        units = [u for u in self.units.units if any(p.requires_grad for p in u.module.parameters())]
+        if plan["activation_checkpointing"]:  # keep each unit's input, recompute the rest in backward
+            for u in units:
+                setattr(u.parent, u.name, checkpoint_wrapper(u.module))
         if self.strategy == "fsdp":
             from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
@@ -38,9 +38,8 @@ class Parallel:
                       if dtype else MixedPrecisionPolicy()}
             if plan["config"]["fsdp_cpu_offload"]:
                 kwargs["offload_policy"] = CPUOffloadPolicy()
-            for block in blocks:   # one all-gather per block, overlapped with compute
-                if any(p.requires_grad for p in block.parameters()):
-                    fully_shard(block, **kwargs)
+            for u in units:   # one all-gather per unit, overlapped with compute
+                fully_shard(getattr(u.parent, u.name), **kwargs)
             fully_shard(model, **kwargs)
             self.wrapped = model
         else:
@@ -50,8 +49,8 @@ class Parallel:
         if plan["config"]["compile"] and device.type == "cuda":
             self.wrapped = torch.compile(self.wrapped)
 
-    def __call__(self, x):
-        return self.wrapped(x)
+    def __call__(self, *args, **kwargs):
+        return self.wrapped(*args, **kwargs)
 
     @contextmanager
     def grad_sync(self, sync: bool):

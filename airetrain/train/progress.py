@@ -65,6 +65,13 @@ class Progress:
             }) + "\n")
             self.file.flush()
 
+    def evaluated(self, step: int, evaluation: dict | None) -> None:
+        """One line with the evaluation's loss and metrics (eval_<name>) after the last step."""
+        if self.file and evaluation:
+            metrics = {f"eval_{name}": value for name, value in evaluation["metrics"].items()}
+            self.file.write(json.dumps({"step": step, "eval_loss": evaluation["loss"], **metrics,
+                                        "time": time.time()}) + "\n")
+
     def close(self) -> None:
         if self.file:
             self.file.close()

@@ -5,7 +5,8 @@ import time
 from contextlib import nullcontext
 
 import torch
-import torch.nn.functional as F
+
+from . import batches as batch_tools
 
 
 def autocast(device: torch.device, precision: str, enabled: bool = True):
@@ -14,14 +15,10 @@ def autocast(device: torch.device, precision: str, enabled: bool = True):
     return nullcontext()
 
 
-def loss_fn(logits, y):
-    """Cross entropy over classes, or over every position of a sequence (GPT)."""
-    return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
-
-
-def train_step(par, batches, optimizer, scaler, scheduler, accum: int, device: torch.device,
+def train_step(par, objective, batches, optimizer, scaler, scheduler, accum: int, device: torch.device,
                precision: str) -> tuple[torch.Tensor, float]:
-    """Run `accum` micro-batches from `batches`, then one optimizer step.
+    """Run `accum` micro-batches from `batches`, then one optimizer step; objective gives the
+    forward pass and the loss (train/objective.py).
 
     Returns the step's loss (the mean over its micro-batches, detached and left on the device:
     reading it would wait for the GPU) and the seconds spent waiting for the data loader.
@@ -31,12 +28,12 @@ def train_step(par, batches, optimizer, scaler, scheduler, accum: int, device: t
     wait_s = 0.0
     for micro in range(accum):
         t0 = time.perf_counter()
-        x, y = next(batches)
+        batch = next(batches)
         wait_s += time.perf_counter() - t0
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        batch = batch_tools.to_device(batch, device)
         with par.grad_sync(micro == accum - 1):
             with autocast(device, precision, par.autocast_needed()):
-                loss = loss_fn(par(x), y) / accum
+                loss = objective.loss(objective.forward(par.wrapped, batch), batch) / accum
             scaler.scale(loss).backward()
         loss_sum += loss.detach()
     scaler.step(optimizer)

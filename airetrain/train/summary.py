@@ -27,9 +27,10 @@ def _per_step(seconds: float, steps: int) -> float | None:
 
 def train_record(plan: dict, meta: dict, progress, step: int, figures: dict, flops_per_micro: int,
                  peak_flops: float | None, train_s: float, checkpoints, final_wait_s: float,
-                 evaluation: tuple[float, float], hosts: list[str]) -> TrainRecord:
+                 evaluation: dict | None, hosts: list[str], units: dict) -> TrainRecord:
     """What rank 0 writes to train.json. progress: this session's steps, seconds and last loss;
-    checkpoints: the checkpointer (its final checkpoint and the stall of each save)."""
+    checkpoints: the checkpointer (its final checkpoint and the stall of each save); evaluation:
+    evaluate's loss and metrics, None without a test split."""
     steps, batch = progress.steps, plan["batch"]
     world = plan["world_size"]
     flops_per_step = flops_per_micro * batch["grad_accum"] * world          # the whole job, one optimizer step
@@ -37,7 +38,7 @@ def train_record(plan: dict, meta: dict, progress, step: int, figures: dict, flo
     mfu = achieved / (peak_flops * world) if achieved and peak_flops else None
     samples = steps * batch["global"]
     stalls = checkpoints.stalls
-    accuracy, eval_loss = evaluation
+    evaluated = evaluation or {"loss": None, "metrics": {}}
     return TrainRecord(
         run=plan["run"], world_size=world, nodes=plan["nodes"], strategy=plan["strategy"],
         precision=plan["precision"], device=plan["device"],
@@ -58,11 +59,13 @@ def train_record(plan: dict, meta: dict, progress, step: int, figures: dict, flo
         gpu_mem_peak_bytes=figures["gpu_mem_peak_bytes"],
         memory_estimate=plan["memory_estimate"],
         activation_checkpointing=plan["activation_checkpointing"],
+        parallel_units=units,
         data_wait_frac=round(figures["data_wait_frac"], 4),
         peak_mem_bytes=figures["peak_mem_bytes"],
         final_loss=progress.loss if steps else None,
-        eval_loss=eval_loss,
-        eval_accuracy=accuracy,
+        eval_loss=evaluated["loss"],
+        eval_accuracy=evaluated["metrics"].get("accuracy"),
+        eval_metrics=evaluated["metrics"],
         slurm_job_id=os.environ.get("SLURM_JOB_ID"),
         hostnames=hosts,
         launch_host=socket.gethostname(),

@@ -258,3 +258,31 @@ def test_the_per_job_tmpdir_was_the_fast_root_and_was_purged_with_the_job(site_d
         for node in ("labgpu1", "labgpu2"):
             assert not (slurm_state() / "nodetmp" / node / f"job.{job_id}").exists()
     assert sorted(read_json(work / "results/g6/stage.json")["nodes"]) == ["labgpu1", "labgpu2"]
+
+
+def test_a_users_own_script_runs_on_two_nodes_and_its_checkpoints_are_promoted(slurm_cluster, tmp_path):
+    """Script mode on the cluster: torchrun on both nodes from one srun step, the script's checkpoint
+    directory on the node-local fast root made durable on scratch and verified."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests" / "torchrun"))
+    from script_mode import WITH_JOB
+
+    work = tmp_path
+    (work / "train.py").write_text(WITH_JOB)
+    cfg = write_config(work / "config.yaml", {
+        "roots": {"scratch": str(work / "scratch")},
+        "runs": {"mine": {**STAND_IN, "gpus": 6, "data": {"name": "synthetic"},
+                          "batch": {"global": 96, "per_device": 16},
+                          "train": {"script": "train.py", "args": ["--steps", "12"]}}}})
+    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    slurm_snakemake(work, cfg, env, "--jobs", "1")
+    train = read_json(work / "results/mine/train.json")
+    (job,) = sacct_jobs(env, since).values()
+    assert job["State"] == "COMPLETED" and job["NNodes"] == "2" and train["slurm_job_id"] == job["JobID"]
+    assert train["world_size"] == 6 and train["steps"] == 12
+    checkpoint = read_json(work / "results/mine/checkpoint.json")
+    assert checkpoint["kind"] == "mirror" and checkpoint["verified"]
+    assert sorted(checkpoint["files"]) == ["step-00000004.pt", "step-00000008.pt", "step-00000012.pt"]
+    assert (work / "scratch/airetrain/mine/checkpoints/step-00000012.pt").is_file()

@@ -11,14 +11,17 @@ from torch.utils.data import TensorDataset
 from airetrain import records
 from airetrain.train.distributed import Dist
 from airetrain.train.evaluate import evaluate
+from airetrain.train.objective import Objective
 from airetrain.train.parallel import Parallel
 from airetrain.train.progress import Progress
 from airetrain.train.step import train_step
 from airetrain.train.summary import gathered_figures, train_record
 
 D = Dist(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
+BUILT_IN = Objective({"loss": None, "forward": None, "metrics": None})
 PLAN = {"strategy": "ddp", "activation_checkpointing": False, "precision": "fp32",
-        "config": {"compile": False, "fsdp_cpu_offload": False, "train": {"log_every_steps": 2, "epochs": 1}},
+        "config": {"compile": False, "fsdp_cpu_offload": False, "model": {"fsdp_units": None},
+                   "train": {"log_every_steps": 2, "epochs": 1}},
         "batch": {"global": 8, "per_device": 4, "grad_accum": 2}}
 
 
@@ -39,7 +42,7 @@ def test_two_accumulated_micro_batches_make_the_step_of_their_whole_batch(proces
     accumulated, whole = linear(), linear()
     par = Parallel(accumulated, PLAN, D.device)
     optimizer, scheduler, scaler = sgd_step(accumulated, x, y)
-    loss, wait_s = train_step(par, iter([(x[:4], y[:4]), (x[4:], y[4:])]), optimizer, scaler, scheduler,
+    loss, wait_s = train_step(par, BUILT_IN, iter([(x[:4], y[:4]), (x[4:], y[4:])]), optimizer, scaler, scheduler,
                               accum=2, device=D.device, precision="fp32")
 
     reference = torch.optim.SGD(whole.parameters(), lr=0.5)
@@ -60,9 +63,9 @@ def test_evaluate_scores_every_sample_once(process_group):
         model.bias.zero_()
     x = torch.tensor([[1.0, 0, 0], [-1.0, 0, 0], [2.0, 0, 0], [-3.0, 0, 0], [0.5, 0, 0]])
     y = torch.tensor([1, 0, 0, 0, 1])   # the third is wrong: 4 of 5 right
-    accuracy, loss = evaluate(Parallel(model, PLAN, D.device), TensorDataset(x, y), D, "fp32")
-    assert accuracy == pytest.approx(0.8)
-    assert loss == pytest.approx(nn.functional.cross_entropy(model(x), y).item(), rel=1e-5)
+    result = evaluate(Parallel(model, PLAN, D.device), BUILT_IN, TensorDataset(x, y), D, "fp32")
+    assert result["metrics"] == {"accuracy": pytest.approx(0.8)}
+    assert result["loss"] == pytest.approx(nn.functional.cross_entropy(model(x), y).item(), rel=1e-5)
     assert model.training   # back in training mode
 
 
@@ -86,7 +89,8 @@ def test_train_record_is_a_complete_train_json_with_per_step_figures(process_gro
     checkpoints = SimpleNamespace(stalls=[0.1, 0.3], latest={"path": "/x/step-00000010.pt"})
     record = train_record(plan, {"shape": [3], "classes": 2}, progress, step=10, figures=figures,
                           flops_per_micro=1000, peak_flops=None, train_s=8.0, checkpoints=checkpoints,
-                          final_wait_s=0.5, evaluation=(0.75, 0.6), hosts=["h"])
+                          final_wait_s=0.5, evaluation={"loss": 0.6, "metrics": {"accuracy": 0.75}},
+                          hosts=["h"], units={"how": "whole model", "count": 0, "classes": {}})
     records.check(records.TrainRecord, record)   # every field of the definition, no other
     assert record["resumed_from_step"] == 6 and record["steps_this_session"] == 4
     assert record["samples_per_s"] == 4 * 8 / 8.0 and record["step_time_s"] == 1.0
@@ -94,4 +98,4 @@ def test_train_record_is_a_complete_train_json_with_per_step_figures(process_gro
     assert record["data_wait_frac"] == 0.25 and record["flops_per_step"] == 2000
     assert record["mfu"] is None and record["achieved_tflops"] == round(2000 * 4 / 8.0 / 1e12, 3)
     assert record["checkpoint_saves"] == 2 and record["checkpoint_stall_s_mean"] == 0.2
-    assert record["eval_accuracy"] == 0.75 and record["final_loss"] == 0.5
+    assert record["eval_accuracy"] == 0.75 and record["eval_loss"] == 0.6 and record["final_loss"] == 0.5

@@ -33,7 +33,7 @@ if workflow.is_main_process:
 
 RUNS = list(PLANS)
 TRAIN_SCRIPT = os.path.join(workflow.basedir, "scripts", "train.py")
-DIGITS_DATASETS = datasets_to_prepare(PLANS)
+PREPARED_DATASETS = datasets_to_prepare(PLANS)
 
 
 wildcard_constraints:

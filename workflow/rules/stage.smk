@@ -1,15 +1,17 @@
-if DIGITS_DATASETS:
+if PREPARED_DATASETS:
 
-    rule prepare_digits:
+    rule prepare:
         output:
             directory("{dataset}"),
         params:
-            cmd=lambda w, output: command("prepare", python=PYTHON, dataset=output[0]),
+            cmd=lambda w, output: command(
+                "prepare", python=PYTHON, name=PREPARED_DATASETS[output[0]], dataset=output[0]
+            ),
         log:
             "logs/prepare{dataset}.log",
         localrule: True
         wildcard_constraints:
-            dataset="|".join(map(re.escape, DIGITS_DATASETS)),
+            dataset="|".join(map(re.escape, PREPARED_DATASETS)),
         conda:
             "../../envs/aire.yaml"
         shell:

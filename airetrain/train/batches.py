@@ -1,0 +1,55 @@
+"""Batches of any shape the user's Dataset returns: tuples, lists, dicts, dataclass-like objects.
+
+The default DataLoader collates them into the same structure with tensors inside; these helpers
+walk that structure without knowing it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+
+def _map(fn, batch):
+    """batch with fn applied to every tensor in it (containers rebuilt, other leaves kept)."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        return type(batch)({k: _map(fn, v) for k, v in batch.items()})
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):   # a namedtuple
+        return type(batch)(*(_map(fn, v) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_map(fn, v) for v in batch)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return dataclasses.replace(batch, **{f.name: _map(fn, getattr(batch, f.name))
+                                            for f in dataclasses.fields(batch) if f.init})
+    return batch
+
+
+def to_device(batch, device: torch.device):
+    """Every tensor of batch on device; non-blocking (the loader pins memory on CUDA)."""
+    return _map(lambda t: t.to(device, non_blocking=True), batch)
+
+
+def first_rows(batch, rows: int):
+    """The first `rows` samples of a collated batch (0: an empty batch of the same structure)."""
+    return _map(lambda t: t[:rows] if t.dim() else t, batch)
+
+
+def size(batch) -> int:
+    """Samples in the batch: the leading dimension of its first tensor."""
+    found = []
+    _map(lambda t: found.append(t) or t, batch)
+    tensors = [t for t in found if t.dim()]
+    return len(tensors[0]) if tensors else 0
+
+
+def target(batch):
+    """The target of a batch for the built-in losses: y of (x, y), or a dict's labels/target/y."""
+    if isinstance(batch, (list, tuple)) and len(batch) >= 2:
+        return batch[1]
+    if isinstance(batch, dict):
+        for key in ("labels", "label", "target", "targets", "y"):
+            if key in batch:
+                return batch[key]
+    return None

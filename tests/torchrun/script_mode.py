@@ -1,0 +1,89 @@
+"""Users' own torchrun scripts, as they write them to the usual DDP checklist, for script mode's tests.
+
+    with_job.py    deadline-aware checkpoints through airetrain.job (load_latest, save, should_stop,
+                   stop_and_requeue); rank 0 writes metrics.jsonl and, at the end, final.pt
+    plain.py       knows nothing of airetrain: torch.save into $AIRETRAIN_CHECKPOINT_DIR
+"""
+COMMON = '''
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def setup():
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 4, generator=g)
+    data = TensorDataset(x, x.sum(1, keepdim=True))
+    sampler = DistributedSampler(data, shuffle=True, seed=0)
+    model = DDP(nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    return sampler, DataLoader(data, batch_size=16, sampler=sampler), model, optimizer
+
+
+steps = int(sys.argv[sys.argv.index("--steps") + 1])
+results = os.environ["AIRETRAIN_RESULTS_DIR"]
+'''
+
+WITH_JOB = COMMON + '''
+from airetrain import job
+
+sampler, loader, model, opt = setup()
+rank, step = dist.get_rank(), 0
+state = job.load_latest()
+if state:
+    model.module.load_state_dict(state["model"])
+    opt.load_state_dict(state["optim"])
+    step = state["step"]
+    print(f"resumed from step {step}", flush=True)
+metrics = open(os.path.join(results, "metrics.jsonl"), "a") if rank == 0 else None
+epoch = step // len(loader)
+while step < steps:
+    sampler.set_epoch(epoch)
+    for i, (x, y) in enumerate(loader):
+        if epoch * len(loader) + i < step:   # done before the resume
+            continue
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        if metrics:
+            metrics.write(json.dumps({"step": step, "loss": loss.item(), "samples_per_s": 32.0}) + "\\n")
+            metrics.flush()
+        stop = job.should_stop()
+        if step % 4 == 0 or step == steps or stop:
+            job.save({"model": model.module.state_dict(), "optim": opt.state_dict(), "step": step}, step)
+        if stop:
+            job.stop_and_requeue(step, steps)
+        if step == steps:
+            break
+    epoch += 1
+if rank == 0:
+    torch.save(model.module.state_dict(), os.path.join(results, "final.pt"))
+dist.barrier()
+os._exit(0)
+'''
+
+PLAIN = COMMON + '''
+sampler, loader, model, opt = setup()
+ckpt = os.environ["AIRETRAIN_CHECKPOINT_DIR"]
+for epoch in range(steps // len(loader)):
+    sampler.set_epoch(epoch)
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    if dist.get_rank() == 0:
+        torch.save({"model": model.module.state_dict(), "epoch": epoch}, os.path.join(ckpt, f"epoch{epoch}.pt"))
+dist.barrier()
+os._exit(0)
+'''

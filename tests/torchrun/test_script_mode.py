@@ -1,0 +1,60 @@
+"""Script mode with real torchrun (gloo, 2 processes): the user's script runs as it is, its
+checkpoint directory becomes durable and verified, and airetrain.job gives it the deadline stop."""
+import sys
+import time
+
+import torch
+
+from conftest import assert_identical, flatten, prepare_training, read_json, run
+from script_mode import PLAIN, WITH_JOB
+
+
+def script_run(tmp_path, source: str, steps: int, name="s"):
+    script = tmp_path / "train.py"
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    script.write_text(source)
+    cfg = {"processes": 2, "precision": "fp32", "batch": {"global": 32, "per_device": 16},
+           "data": {"name": "synthetic"}, "train": {"script": str(script), "args": ["--steps", str(steps)]}}
+    return prepare_training(tmp_path, cfg, name)
+
+
+def promote(out):
+    run([sys.executable, "-m", "airetrain", "promote", "--plan", str(out / "plan.json"), "--train",
+         str(out / "train.json"), "--out", str(out / "checkpoint.json"), "--record", str(out / "run.json")])
+    return read_json(out / "checkpoint.json")
+
+
+def test_a_script_using_airetrain_job_runs_and_its_checkpoints_are_durable(tmp_path):
+    out, cmd = script_run(tmp_path, WITH_JOB, steps=24)
+    proc = run(cmd)
+    assert "launch:" in proc.stdout and "6 file(s) durable" in proc.stdout, proc.stdout   # a save every 4 steps
+    train = read_json(out / "train.json")
+    assert train["strategy"] == "script" and train["steps"] == 24 and train["final_loss"] is not None
+    durable = tmp_path / "scratch/airetrain/s/checkpoints"
+    assert sorted(p.name for p in durable.glob("step-*.pt")) == [f"step-{s:08d}.pt" for s in range(4, 25, 4)]
+    checkpoint = promote(out)
+    assert checkpoint["kind"] == "mirror" and checkpoint["verified"] and len(checkpoint["files"]) == 6
+    assert torch.load(durable / "step-00000024.pt", weights_only=True)["step"] == 24
+
+
+def test_a_script_stopped_at_its_deadline_resumes_to_the_same_parameters(tmp_path):
+    reference, ref_cmd = script_run(tmp_path / "ref", WITH_JOB, steps=40)
+    run(ref_cmd)
+    out, cmd = script_run(tmp_path / "cut", WITH_JOB, steps=40)
+    stopped = run(cmd, env={"AIRETRAIN_END_TIME": str(time.time() - 1)}, check=False)
+    assert stopped.returncode == 75, stopped.stdout + stopped.stderr   # stopped with a checkpoint: run again
+    assert "training stopped (deadline) at step 1 of 40" in stopped.stdout
+    assert not (out / "train.json").exists()
+    resumed = run(cmd)
+    assert "resumed from step 1" in resumed.stdout
+    assert_identical(flatten(torch.load(out / "final.pt", weights_only=True)),
+                     flatten(torch.load(reference / "final.pt", weights_only=True)), at_least=2)
+
+
+def test_a_script_that_ignores_airetrain_still_has_its_checkpoints_promoted(tmp_path):
+    out, cmd = script_run(tmp_path, PLAIN, steps=24)   # 8 steps per epoch: 3 epochs
+    run(cmd)
+    checkpoint = promote(out)
+    assert sorted(checkpoint["files"]) == ["epoch0.pt", "epoch1.pt", "epoch2.pt"] and checkpoint["verified"]
+    durable = tmp_path / "scratch/airetrain/s/checkpoints"
+    assert torch.load(durable / "epoch2.pt", weights_only=True)["epoch"] == 2
