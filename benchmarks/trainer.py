@@ -33,8 +33,10 @@ def plain(epochs: int) -> float:
 
 
 def ours(tmp: Path, epochs: int) -> float:
-    from airetrain.fsutil import write_json_atomic
     from airetrain.plan.planner import plan_all
+    from airetrain.plan.roots import Root
+    from airetrain.records import PlanRecord, StageRecord, write_record
+    from airetrain.stage.staging import stage_record
 
     config = {"roots": {"scratch": str(tmp / "scratch"), "tmp_shared": str(tmp / "fast")},
               "runs": {"bench": {"processes": WORLD, "strategy": "ddp", "precision": "bf16", "model": MODEL,
@@ -50,8 +52,8 @@ def ours(tmp: Path, epochs: int) -> float:
     for old in (tmp / "scratch").rglob("*"):
         if old.is_file():
             old.unlink()
-    write_json_atomic(out / "plan.json", plan)
-    write_json_atomic(out / "stage.json", {"target": None, "fast_root": str(tmp / "fast")})
+    write_record(out / "plan.json", PlanRecord, plan)
+    write_record(out / "stage.json", StageRecord, stage_record(None, Root(tmp / "fast", "config"), None))
     subprocess.run([sys.executable, "-m", "airetrain", "launch", "--plan", str(out / "plan.json"), "--stage",
                     str(out / "stage.json"), "--out", str(out), "--script", str(REPO / "scripts/train.py")],
                    check=True, capture_output=True)

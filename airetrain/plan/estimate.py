@@ -58,13 +58,49 @@ def _probe(model_json: str, meta_json: str, per_device: int) -> tuple[int, int, 
     return params, saved, len(find_units(model, model_cfg.get("fsdp_units")).units)
 
 
-def estimate(run: dict, meta: dict | None, world: int, per_device: int) -> dict:
+@functools.lru_cache(maxsize=64)
+def _probe_user_batch(run_json: str, dataset_path: str | None, per_device: int) -> tuple[int, int, int]:
+    """_probe for a user dataset: one real batch of it (read from scratch, before staging), moved to
+    the meta device, through the run's forward pass and loss (train.forward, train.loss)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from ..train.batches import _map
+    from ..train.datasets import build_datasets
+    from ..train.models import build_model
+    from ..train.objective import Objective
+    from ..train.sharding import find_units
+
+    run = json.loads(run_json)
+    train, _, meta = build_datasets(run["data"], dataset_path)
+    batch = _map(lambda t: t.to("meta"), next(iter(DataLoader(train, batch_size=per_device))))
+    objective = Objective(run["train"], run["model"])
+    with torch.device("meta"):
+        model = build_model(run["model"], meta)
+    saved = 0
+
+    def pack(t):
+        nonlocal saved
+        saved += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        objective.loss(objective.forward(model, batch), batch)
+    params = sum(p.numel() for p in model.parameters())
+    return params, saved, len(find_units(model, run["model"].get("fsdp_units")).units)
+
+
+def estimate(run: dict, meta: dict | None, world: int, per_device: int, dataset_path: str | None = None) -> dict:
     budget = run["memory_budget_gb"]
-    if meta is None:
+    user_data = ":" in run["data"]["name"]
+    if meta is None and not user_data:
         return {"decision": "ddp", "reason": "dataset shape unknown before staging: no estimate, DDP"}
     try:
-        params, activations, blocks = _probe(json.dumps(run["model"], sort_keys=True),
-                                              json.dumps(meta, sort_keys=True), per_device)
+        if user_data:   # its batches may be any structure: probe one, with the run's own loss
+            params, activations, blocks = _probe_user_batch(json.dumps(run, sort_keys=True), dataset_path, per_device)
+        else:
+            params, activations, blocks = _probe(json.dumps(run["model"], sort_keys=True),
+                                                  json.dumps(meta, sort_keys=True), per_device)
     except Exception as e:  # a user model that does not build on the meta device
         return {"decision": "ddp", "reason": f"could not estimate ({type(e).__name__}: {e}); DDP"}
     if run["precision"] != "fp32":

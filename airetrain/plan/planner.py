@@ -13,6 +13,7 @@ from pathlib import Path
 
 from . import config as cfg
 from ..errors import ConfigError
+from .environment import job_env, torchrun_args
 from .roots import Root, durable_root, is_under, run_dir
 
 log = logging.getLogger("airetrain.plan")
@@ -141,14 +142,19 @@ def resolve_strategy(plan: dict) -> dict:
     """
     from . import estimate
 
+    run = plan["config"]
+    if plan["strategy"] == "fsdp" and plan["device"] == "cuda":   # asked for: the estimate says how it shards
+        memory = estimate.estimate(run, estimate.dataset_meta(run["data"], plan["dataset"]), plan["world_size"],
+                                   plan["batch"]["per_device"], plan["dataset"])
+        return {**plan, "memory_estimate": {**memory, "decision": "fsdp", "reason": "strategy: fsdp (asked for); "
+                                            + memory["reason"]}}
     if plan["strategy"] != "auto":
         return plan
-    run = plan["config"]
     if plan["device"] == "cpu":
         memory = {"decision": "ddp", "reason": "CPU run: no GPU memory budget applies; DDP"}
     else:
         memory = estimate.estimate(run, estimate.dataset_meta(run["data"], plan["dataset"]), plan["world_size"],
-                                   plan["batch"]["per_device"])
+                                   plan["batch"]["per_device"], plan["dataset"])
     problems: list[str] = []
     if memory["decision"] == "fsdp":
         _fsdp_checks(plan["run"], run, problems)
@@ -311,39 +317,6 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
     }
     plan["torchrun"] = torchrun_args(plan)
     return plan
-
-
-def job_env(run: dict, nodes: int, cpus_per_rank: int) -> dict:
-    """Environment every rank gets: what Aire's guidance asks of multi-GPU jobs (README, "On Aire")."""
-    env = {
-        "OMP_NUM_THREADS": str(cpus_per_rank),
-        "MKL_NUM_THREADS": str(cpus_per_rank),
-        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-        # without it torchrun's restarted workers reconnect to the dead worker's store (README, "Dead workers")
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-    }
-    if run["train"]["deterministic"]:   # cuBLAS reads it when CUDA starts: it must be in the environment
-        env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-    if nodes > 1:
-        env.update({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "WARN"})
-        if run["slurm"]["nccl_socket_ifname"]:
-            env["NCCL_SOCKET_IFNAME"] = run["slurm"]["nccl_socket_ifname"]
-    return env
-
-
-def torchrun_args(plan: dict) -> list[str]:
-    """torchrun's arguments. Multi-node ones hold shell variables that each SLURM task expands."""
-    args = [f"--nnodes={plan['nodes']}", f"--nproc_per_node={plan['nproc_per_node']}",
-            f"--max-restarts={plan['config']['checkpoint']['max_restarts']}"]
-    if plan["nodes"] == 1:
-        return ["--standalone", *args]
-    return [
-        *args,
-        "--node_rank=$SLURM_NODEID",
-        "--rdzv_backend=c10d",
-        "--rdzv_id=$SLURM_JOB_ID",
-        "--rdzv_endpoint=$AIRETRAIN_MASTER_ADDR:$AIRETRAIN_MASTER_PORT",
-    ]
 
 
 def plan_all(config: dict, env=None, scratch: Root | None = None) -> dict[str, dict]:

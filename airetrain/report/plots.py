@@ -47,7 +47,7 @@ def loss_plot(df: pd.DataFrame, results: Path | None):
         path = results / str(run) / "metrics.jsonl" if results else None
         if path and path.exists():
             lines = (json.loads(line) for line in path.read_text().splitlines() if line.strip().startswith("{"))
-            points = [p for p in lines if "step" in p and "loss" in p]   # not the evaluation's line
+            points = [p for p in lines if "step" in p and "loss" in p]   # a script's own lines may lack them
             ax.plot([p["step"] for p in points], [p["loss"] for p in points], label=str(run))
     ax.set_xlabel("step")
     ax.set_ylabel("training loss")

@@ -152,7 +152,7 @@ def main(argv=None) -> Trained:
         gpu_figures = gpu.summary()
         evaluation = evaluate(par, objective, data.test_set, d, precision)
         figures = summary.gathered_figures(d, progress, gpu_figures)
-        progress.evaluated(step, evaluation)
+        progress.evaluated(evaluation)
         if d.is_main:
             record = summary.train_record(plan, data.meta, progress, step, figures, flops_per_micro,
                                           metrics.peak_flops(d.device), train_s, ckpt, final_wait_s, evaluation, hosts,

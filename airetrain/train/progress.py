@@ -29,6 +29,7 @@ class Progress:
         self.window_loss = torch.zeros((), device=d.device)
         self.window_steps = 0
         self.t_start = time.perf_counter()
+        self._last: dict | None = None   # the last step's line, held for the evaluation
 
     def new_epoch(self) -> None:
         """The loss window restarts with each epoch, as it does after each log line."""
@@ -59,19 +60,26 @@ class Progress:
         if self.file:
             log.info("step %d/%d | epoch %d | loss %.4f | %.0f samples/s | data wait %.0f%% | ETA %ds",
                      step, self.total_steps, epoch, self.loss, rate, 100 * self.wait_s / self.step_s, eta)
-            self.file.write(json.dumps({
-                "step": step, "epoch": epoch, "loss": self.loss, "samples_per_s": rate,
-                "data_wait_frac": self.wait_s / self.step_s, "elapsed_s": elapsed, "time": time.time(),
-            }) + "\n")
-            self.file.flush()
+            line = {"step": step, "epoch": epoch, "loss": self.loss, "samples_per_s": rate,
+                    "data_wait_frac": self.wait_s / self.step_s, "elapsed_s": elapsed, "time": time.time()}
+            if step == self.total_steps:   # written with the evaluation's figures, once they are known
+                self._last = line
+            else:
+                self._write(line)
 
-    def evaluated(self, step: int, evaluation: dict | None) -> None:
-        """One line with the evaluation's loss and metrics (eval_<name>) after the last step."""
-        if self.file and evaluation:
-            metrics = {f"eval_{name}": value for name, value in evaluation["metrics"].items()}
-            self.file.write(json.dumps({"step": step, "eval_loss": evaluation["loss"], **metrics,
-                                        "time": time.time()}) + "\n")
+    def _write(self, line: dict) -> None:
+        self.file.write(json.dumps(line) + "\n")
+        self.file.flush()
+
+    def evaluated(self, evaluation: dict | None) -> None:
+        """The evaluation's loss and metrics (eval_loss, eval_<name>) join the last step's line."""
+        if self._last is not None and evaluation:
+            self._last.update({"eval_loss": evaluation["loss"],
+                               **{f"eval_{name}": value for name, value in evaluation["metrics"].items()}})
 
     def close(self) -> None:
+        if self.file and self._last is not None:
+            self._write(self._last)
+            self._last = None
         if self.file:
             self.file.close()

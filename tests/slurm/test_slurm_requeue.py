@@ -3,10 +3,13 @@
 One Snakemake invocation runs three copies of the same training:
 - stop: a 3-minute job that stops at its deadline, checkpoints, requeues itself and finishes;
 - ref: the same training with time to spare (the uninterrupted result);
-- victim: cancelled with scancel mid-training; a second invocation resumes it, and only it.
+- victim: cancelled with scancel mid-training; a second invocation resumes it, and only it;
+- script-stop: a user's own script (script mode) that stops at its deadline through airetrain.job.
 """
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +18,9 @@ from conftest import (BIN, assert_identical, flatten, newest_step, read_json, ru
                       write_config)
 from test_slurm import SLURM_ARGS, slurm_snakemake, unique
 from jobs import sbatch, state
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "torchrun"))
+from script_mode import WITH_JOB  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
@@ -51,8 +57,14 @@ def interrupted(slurm_cluster, tmp_path_factory):
                      "checkpoint": {"every_steps": 20, "stop_margin_min": 2.5}},
             "ref": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
             "victim": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
+            # 80 slow steps (40 s): the same 3-minute job and margin stop it part-way
+            "script-stop": {"data": {"name": "synthetic"}, "time_min": {"stage": 1, "train": 1, "promote": 1},
+                            "checkpoint": {"stop_margin_min": 2.5},
+                            "train": {"script": str(work / "train.py"),
+                                      "args": ["--steps", "80", "--step-seconds", "0.5"]}},
         },
     })
+    (work / "train.py").write_text(WITH_JOB)
     env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
     # --retries 0: the cancelled run is left failed, for the second invocation to resume
     first = subprocess.Popen(snakemake_cmd(work, cfg, *SLURM_ARGS, "--retries", "0"), cwd=work,
@@ -148,3 +160,23 @@ def test_after_a_deadline_stop_restarts_cap_requeues_and_a_refusal_exits_75(slur
         assert decide(2) == (EXIT_STOPPED, "exit 75: requeue refused")    # SLURM: "Job is pending execution"
     finally:
         run(["scancel", job])
+
+
+def test_a_users_script_at_its_time_limit_stops_requeues_and_ends_as_uninterrupted(interrupted, tmp_path):
+    """Script mode: airetrain.job's should_stop sees the deadline from squeue, the script saves and
+    calls stop_and_requeue, the launcher requeues the job, and the rerun resumes from the durable copy."""
+    from test_script_mode import script_run
+
+    from airetrain.records import stops
+
+    work, env = interrupted[0], interrupted[1]
+    stopped = stops(work / "scratch" / "airetrain" / "script-stop")
+    assert stopped and {(s["reason"], s["action"]) for s in stopped} == {("deadline", "requeued")}, stopped
+    assert 0 < stopped[0]["step"] < 80
+    job = stopped[0]["slurm_job_id"]
+    assert "JobState=COMPLETED" in run(["scontrol", "show", "job", job], env=env).stdout
+    assert read_json(work / "results/script-stop/checkpoint.json")["verified"]
+    reference, cmd = script_run(tmp_path, WITH_JOB, steps=80)   # the same script, uninterrupted, locally
+    run(cmd)
+    assert_identical(flatten(torch.load(work / "results/script-stop/final.pt", weights_only=True)),
+                     flatten(torch.load(reference / "final.pt", weights_only=True)), at_least=2)

@@ -8,6 +8,7 @@ COMMON = '''
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -29,6 +30,7 @@ def setup():
 
 
 steps = int(sys.argv[sys.argv.index("--steps") + 1])
+pause = float(sys.argv[sys.argv.index("--step-seconds") + 1]) if "--step-seconds" in sys.argv else 0.0   # slow
 results = os.environ["AIRETRAIN_RESULTS_DIR"]
 '''
 
@@ -55,6 +57,7 @@ while step < steps:
         loss.backward()
         opt.step()
         step += 1
+        time.sleep(pause)
         if metrics:
             metrics.write(json.dumps({"step": step, "loss": loss.item(), "samples_per_s": 32.0}) + "\\n")
             metrics.flush()

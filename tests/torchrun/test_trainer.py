@@ -72,7 +72,7 @@ def test_built_in_models_run_forward_and_backward(name, meta):
     assert out.shape == ((4, 12, 100) if name == "gpt" else (4, 10))
     out.float().mean().backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
-    assert set(MODELS) == {"small_cnn", "resnet18", "vit", "gpt"}
+    assert set(MODELS) == {"small_cnn", "resnet18", "vit", "gpt", "unet"}   # unet: tests/unit/test_segmentation.py
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32"])

@@ -67,7 +67,8 @@ def test_segmentation_cross_entropy_and_pixel_accuracy():
     y[0, 0, 0] = 0                           # one pixel of 32 wrong
     loss = BUILT_IN.loss(logits, (torch.ones(2, 1, 4, 4), y))
     assert loss.item() == pytest.approx(nn.functional.cross_entropy(logits, y).item())
-    assert BUILT_IN.metrics(logits, (None, y)) == {"accuracy": (31.0, 32.0)}
+    metrics = BUILT_IN.metrics(logits, (None, y))
+    assert metrics["accuracy"] == (31.0, 32.0) and set(metrics) == {"accuracy", "dice"}
 
 
 def test_a_float_target_without_a_loss_says_to_set_train_loss():

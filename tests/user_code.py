@@ -1,0 +1,121 @@
+"""User code shaped the way researchers write it, for the tests: their own datasets (float targets,
+dict samples, no test split), losses and models (no `.blocks`: layers as attributes, a Sequential, a
+Hugging Face-style decoder with its layers one level down that returns an object with .loss).
+write_ownlab puts it in an importable package `ownlab` (module ownlab.lab)."""
+from pathlib import Path
+
+OWNLAB = '''
+import dataclasses
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class Regression(Dataset):
+    """y = x . w, a float target: cross-entropy does not apply."""
+    def __init__(self, split):
+        g = torch.Generator().manual_seed(0 if split == "train" else 1)
+        self.x = torch.randn(512, 8, generator=g)
+        self.y = (self.x @ (torch.arange(8.0) / 8)).unsqueeze(1)
+        self.meta = {"features": 8}
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def regression_data(split, root):
+    return Regression(split)
+
+
+def regressor(meta, cfg):
+    return nn.Sequential(nn.Linear(meta["features"], 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
+
+
+def mse(output, batch):
+    return nn.functional.mse_loss(output.float(), batch[1])
+
+
+class NextToken(Dataset):
+    """Dict samples, as a tokenizer gives them; training split only."""
+    def __init__(self):
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, 16, (512, 9), generator=g).sort(dim=1).values   # learnable: sorted
+        self.meta = {"vocab": 16}
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i, :-1], "labels": self.ids[i, 1:]}
+
+
+def token_data(split, root):
+    return NextToken() if split == "train" else None
+
+
+@dataclasses.dataclass
+class CausalLMOutput:
+    loss: torch.Tensor
+    logits: torch.Tensor
+
+
+class Layer(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(width, 2 * width), nn.GELU(), nn.Linear(2 * width, width))
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, h):
+        return h + self.mlp(self.norm(h))
+
+
+class TinyDecoder(nn.Module):
+    """Shaped like a Hugging Face decoder: layers one level down, labels in, an object with .loss out."""
+    def __init__(self, vocab, width=32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.model = nn.Module()
+        self.model.layers = nn.ModuleList(Layer(width) for _ in range(3))
+        self.lm_head = nn.Linear(width, vocab)
+
+    def forward(self, input_ids, labels=None):
+        h = self.embed(input_ids)
+        for layer in self.model.layers:
+            h = layer(h)
+        logits = self.lm_head(h)
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+        return CausalLMOutput(loss=loss, logits=logits)
+
+
+def decoder(meta, cfg):
+    return TinyDecoder(meta["vocab"])
+
+
+class LayersAsAttributes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(64, 96), nn.Linear(96, 96), nn.Linear(96, 10)
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x.flatten(1))))))
+
+
+def attributes(meta, cfg):
+    return LayersAsAttributes()
+
+
+def sequential(meta, cfg):
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 96), nn.ReLU(), nn.Linear(96, 10))
+'''
+
+
+def write_ownlab(code: Path) -> Path:
+    """The package ownlab under code/; returns code/, for PYTHONPATH."""
+    (code / "ownlab").mkdir(parents=True, exist_ok=True)
+    (code / "ownlab" / "__init__.py").write_text("")
+    (code / "ownlab" / "lab.py").write_text(OWNLAB)
+    return code
