@@ -30,21 +30,12 @@ def dataset_meta(data: dict, dataset_path: str | None) -> dict | None:
     return json.loads(meta.read_text()) if dataset_path and meta.is_file() else None
 
 
-@functools.lru_cache(maxsize=64)
-def _probe(model_json: str, meta_json: str, per_device: int) -> tuple[int, int, int]:
-    """(parameters, activation bytes of one fp32 forward, blocks) for a per-device batch."""
+def _measure(model, step, model_cfg: dict) -> tuple[int, int, int]:
+    """(parameters, bytes autograd saves for backward while step() runs, FSDP units) of a meta model."""
     import torch
 
-    from ..train.models import build_model
     from ..train.sharding import find_units
 
-    model_cfg, meta = json.loads(model_json), json.loads(meta_json)
-    with torch.device("meta"):
-        model = build_model(model_cfg, meta)
-        if "vocab" in meta:
-            x = torch.zeros(per_device, meta["seq_len"], dtype=torch.long)
-        else:
-            x = torch.empty(per_device, *meta["shape"])
     saved = 0
 
     def pack(t):
@@ -53,9 +44,26 @@ def _probe(model_json: str, meta_json: str, per_device: int) -> tuple[int, int, 
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(x)
+        step()
     params = sum(p.numel() for p in model.parameters())
     return params, saved, len(find_units(model, model_cfg.get("fsdp_units")).units)
+
+
+@functools.lru_cache(maxsize=64)
+def _probe(model_json: str, meta_json: str, per_device: int) -> tuple[int, int, int]:
+    """(parameters, activation bytes of one fp32 forward, blocks) for a per-device batch."""
+    import torch
+
+    from ..train.models import build_model
+
+    model_cfg, meta = json.loads(model_json), json.loads(meta_json)
+    with torch.device("meta"):
+        model = build_model(model_cfg, meta)
+        if "vocab" in meta:
+            x = torch.zeros(per_device, meta["seq_len"], dtype=torch.long)
+        else:
+            x = torch.empty(per_device, *meta["shape"])
+    return _measure(model, lambda: model(x), model_cfg)
 
 
 @functools.lru_cache(maxsize=64)
@@ -69,7 +77,6 @@ def _probe_user_batch(run_json: str, dataset_path: str | None, per_device: int) 
     from ..train.datasets import build_datasets
     from ..train.models import build_model
     from ..train.objective import Objective
-    from ..train.sharding import find_units
 
     run = json.loads(run_json)
     train, _, meta = build_datasets(run["data"], dataset_path)
@@ -77,17 +84,7 @@ def _probe_user_batch(run_json: str, dataset_path: str | None, per_device: int) 
     objective = Objective(run["train"], run["model"])
     with torch.device("meta"):
         model = build_model(run["model"], meta)
-    saved = 0
-
-    def pack(t):
-        nonlocal saved
-        saved += t.numel() * t.element_size()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        objective.loss(objective.forward(model, batch), batch)
-    params = sum(p.numel() for p in model.parameters())
-    return params, saved, len(find_units(model, run["model"].get("fsdp_units")).units)
+    return _measure(model, lambda: objective.loss(objective.forward(model, batch), batch), run["model"])
 
 
 def estimate(run: dict, meta: dict | None, world: int, per_device: int, dataset_path: str | None = None) -> dict:
