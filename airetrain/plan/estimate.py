@@ -73,14 +73,14 @@ def _probe_user_batch(run_json: str, dataset_path: str | None, per_device: int) 
     import torch
     from torch.utils.data import DataLoader
 
-    from ..train.batches import _map
+    from ..train.batches import to_device
     from ..train.datasets import build_datasets
     from ..train.models import build_model
     from ..train.objective import Objective
 
     run = json.loads(run_json)
     train, _, meta = build_datasets(run["data"], dataset_path)
-    batch = _map(lambda t: t.to("meta"), next(iter(DataLoader(train, batch_size=per_device))))
+    batch = to_device(next(iter(DataLoader(train, batch_size=per_device))), torch.device("meta"))
     objective = Objective(run["train"], run["model"])
     with torch.device("meta"):
         model = build_model(run["model"], meta)

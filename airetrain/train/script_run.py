@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..checkpoint import store
 from ..checkpoint.mirror import Mirror
-from ..plan.roots import fast_root, run_dir
+from ..plan.roots import run_dir
 from ..records import STOPPED, StageRecord, TrainRecord, read_record, write_record
 from . import launch
 from .stopping import remaining_seconds
@@ -46,7 +46,7 @@ def _metrics(out: Path) -> list[dict]:
 def run_script(plan: dict, stage_path: str, out: str) -> int:
     staged = read_record(stage_path, StageRecord)
     out = Path(out)
-    checkpoints = run_dir(fast_root(plan["roots"]["tmp_shared"]).path, plan["run"]) / "checkpoints"
+    checkpoints = run_dir(Path(staged["fast_root"]), plan["run"]) / "checkpoints"   # the fast root staging used
     checkpoints.mkdir(parents=True, exist_ok=True)
     (out / "metrics.jsonl").touch()
     mirror = Mirror(checkpoints, Path(plan["durable_dir"]))
