@@ -65,6 +65,29 @@ def _prepare(args) -> None:
     print(PREPARED[args.dataset](args.dest))
 
 
+def _pack(args) -> None:
+    from .stage.copy import StageError
+    from .stage.pack import pack
+
+    try:
+        pack(args.src, args.dest, _bytes(args.shard_size), args.jobs, log=lambda line: print(line, flush=True))
+    except StageError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _bytes(text: str) -> int:
+    """A size as people write it: 512MB, 1.5GB, 64k (decimal units, as tar and ls -h --si)."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKMGT]?)B?\s*", text)
+    if not m:
+        raise ConfigError(f"--shard-size {text!r}: give a size such as 512MB, 2GB or 100k")
+    value = float(m.group(1)) * 1000 ** " KMGT".index(m.group(2).upper() or " ")
+    if value < 1:
+        raise ConfigError(f"--shard-size {text!r}: a shard holds at least one byte")
+    return int(value)
+
+
 def _stage(args) -> None:
     from .stage.staging import stage_run
 
@@ -145,12 +168,23 @@ def main(argv=None) -> None:
     p = sub.add_parser("doctor", help="torch, CUDA, NCCL, GPUs and the variables that matter")
     p.set_defaults(func=_doctor)
 
-    p = sub.add_parser("prepare", help="write a built-in dataset (digits, or shapes for segmentation) as .npy shards")
-    p.add_argument("--dataset", choices=["digits", "shapes", "shapes3d"], default="digits",
+    p = sub.add_parser("prepare", help="write a built-in dataset (digits, or shapes for segmentation) as .npy shards, "
+                                       "or the digits as an image folder")
+    p.add_argument("--dataset", choices=["digits", "shapes", "shapes3d", "digits-images"], default="digits",
                    help="digits: 8x8 handwritten digits, 10 classes; shapes, shapes3d: discs and squares "
-                        "(balls and cubes) with their masks, 3 classes")
+                        "(balls and cubes) with their masks, 3 classes; digits-images: the digits as PNG "
+                        "files in class folders (an image_folder tree)")
     p.add_argument("dest")
     p.set_defaults(func=_prepare)
+
+    p = sub.add_parser("pack", help="pack a directory tree into WebDataset tar shards with an index, for staging "
+                                    "many-file datasets (resumable; the same files give the same shards)")
+    p.add_argument("src", help="the directory to pack (e.g. $SCRATCH/imagenet)")
+    p.add_argument("dest", help="where the shards and index.json go (e.g. $SCRATCH/imagenet-shards); "
+                                "then data.path: DEST")
+    p.add_argument("--shard-size", default="512MB", help="about this many bytes per shard (default 512MB)")
+    p.add_argument("--jobs", type=int, default=None, help="shards written at once (default: the cores here)")
+    p.set_defaults(func=_pack)
 
     p = sub.add_parser("stage", help="copy a run's dataset to the fast root, verified")
     p.add_argument("--plan", required=True)

@@ -105,6 +105,9 @@ def report() -> list[str]:
     for name in TORCH_VARIABLES:
         if os.environ.get(name):
             lines.append(f"{name}={os.environ[name]}")
+    from .stage.quota import quota_lines
+
+    lines += quota_lines({"$SCRATCH": os.environ.get("SCRATCH"), "$TMP_SHARED": os.environ.get("TMP_SHARED")})
     from importlib.util import find_spec
 
     lines.append("nvidia-ml-py: " + ("installed (GPU use is sampled)" if find_spec("pynvml")

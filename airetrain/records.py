@@ -76,6 +76,9 @@ class PlanRecord(TypedDict):
     time_min: Doc[dict, "minutes per step (stage, train, promote) and their total, the job's limit"]
     roots: Doc[PlanRoots, "the storage roots"]
     dataset: Doc[Optional[str], "the dataset directory on the durable root, or none (synthetic)"]
+    dataset_size: Doc[Optional[dict], "files, bytes and format of what staging copies, from the dataset's shard "
+                                      "index or files.json; none: unknown until the stage step scans it"]
+    fast_root_quota: Doc[dict, "the fast root's per-job quotas (max_files, max_gb) the dataset is checked against"]
     durable_dir: Doc[str, "<scratch>/airetrain/<run>/checkpoints: where checkpoints are kept"]
     slurm: Doc[SlurmRequest, "what the job asks SLURM for"]
     env: Doc[dict, "environment variables set for the training processes"]
@@ -89,6 +92,7 @@ class StageRecord(TypedDict):
     """results/<run>/stage.json: where the data was staged, written by the stage step."""
     source: Doc[Optional[str], "the dataset on the durable root (none: synthetic, nothing staged)"]
     target: Doc[Optional[str], "its copy on the fast root, which the trainer reads"]
+    format: Doc[Optional[str], "folder (file by file), shards (packed: tar shards and their index), or none"]
     files: Doc[int, "files in the dataset"]
     bytes: Doc[int, "bytes in the dataset"]
     copied_files: Doc[int, "files copied this time (the others were unchanged)"]
@@ -96,7 +100,7 @@ class StageRecord(TypedDict):
     seconds: Doc[float, "wall seconds of the stage"]
     mb_per_s: Doc[Optional[float], "copy rate, MB/s"]
     mode: Doc[str, "copied, unchanged, or none (synthetic)"]
-    engine: Doc[Optional[str], "cp (parallel GNU cp) or python; none when nothing was copied"]
+    engine: Doc[Optional[str], "cp (parallel GNU cp), python, or shards (hashing threads); none: nothing copied"]
     sha256_verified: Doc[bool, "whether every copied byte was checked against the sha256s"]
     fast_root: Doc[str, "the fast root used: roots.tmp_shared, $TMP_SHARED, the job's $TMPDIR, or a fallback"]
     fast_root_source: Doc[str, "where the fast root came from"]

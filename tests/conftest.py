@@ -77,8 +77,7 @@ def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t") -> tuple[Pa
     from airetrain.fsutil import write_json_atomic
     from airetrain.plan.planner import plan_all, resolve_strategy
     from airetrain.plan.roots import Root
-    from airetrain.stage.copy import stage
-    from airetrain.stage.staging import stage_record
+    from airetrain.stage.staging import stage_dataset, stage_record
 
     scratch = tmp_path / "scratch"
     config = {"roots": {"scratch": str(scratch), "tmp_shared": str(tmp_path / "fast")}, "runs": {name: run_cfg}}
@@ -87,7 +86,8 @@ def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t") -> tuple[Pa
         PREPARED[plan["config"]["data"]["name"]](plan["dataset"])
     out = tmp_path / "results" / name
     write_json_atomic(out / "plan.json", plan)
-    staged = stage(plan["dataset"], tmp_path / "fast" / "airetrain" / name / "data") if plan["dataset"] else None
+    target = tmp_path / "fast" / "airetrain" / name / "data"
+    staged = stage_dataset(plan["dataset"], target, plan["config"]["data"]["format"]) if plan["dataset"] else None
     write_json_atomic(out / "stage.json", stage_record(staged, Root(tmp_path / "fast", "config"), None))
     cmd = [sys.executable, "-m", "airetrain", "launch", "--plan", str(out / "plan.json"),
            "--stage", str(out / "stage.json"), "--out", str(out), "--script", str(REPO / "scripts/train.py")]

@@ -22,6 +22,10 @@ def dataset_meta(data: dict, dataset_path: str | None) -> dict | None:
         side = {"shapes": 32, "shapes3d": 16}[data["name"]]
         dims = 2 if data["name"] == "shapes" else 3
         return {"shape": [1, *[side] * dims], "classes": 3, "task": "segmentation"}
+    if data["name"] == "image_folder":
+        from ..stage.datasets import image_folder_classes
+        classes = image_folder_classes(dataset_path) if dataset_path else None
+        return {"shape": list(data["shape"]), "classes": len(classes)} if classes else None
     if data["name"] == "synthetic":
         if data["vocab"]:
             return {"vocab": data["vocab"], "seq_len": data["seq_len"], "classes": data["vocab"]}

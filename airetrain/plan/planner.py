@@ -15,6 +15,8 @@ from . import config as cfg
 from ..errors import ConfigError
 from .environment import job_env, torchrun_args
 from .roots import Root, durable_root, is_under, run_dir
+from ..stage.pack import INDEX
+from ..stage.quota import dataset_size, pack_command, quota_messages
 
 log = logging.getLogger("airetrain.plan")
 
@@ -97,8 +99,9 @@ def _dataset_path(name: str, data: dict, scratch: Root, problems: list[str]) -> 
         return None
     path = data["path"] or default_data_path(data)
     if path is None:
-        if data["name"] == "npy":
-            problems.append(f"runs.{name}.data.path is required for data.name: npy (the shard directory)")
+        if data["name"] in ("npy", "image_folder"):
+            what = "the shard directory" if data["name"] == "npy" else "the image folder, or its packed shards"
+            problems.append(f"runs.{name}.data.path is required for data.name: {data['name']} ({what})")
         return None
     path = Path(path).expanduser()
     return path if path.is_absolute() else scratch.path / path
@@ -220,6 +223,22 @@ def _limit_checks(name: str, run: dict, site: dict, problems: list[str]) -> None
                         f"{total_min} min (time_min); lower it or raise time_min.train")
 
 
+def _dataset_checks(name: str, run: dict, site: dict, dataset: Path | None, size: dict | None,
+                    problems: list[str]) -> list[str]:
+    """The packed format where it is asked for, and the fast root's quotas where the size is known
+    (the dataset's index or files.json); warnings returned."""
+    warnings: list[str] = []
+    if dataset is not None and run["data"]["format"] == "shards" and (size or {}).get("format") != "shards":
+        problems.append(f"runs.{name}.data.format is shards, but {dataset} has no shard index ({INDEX}): "
+                        f"pack it first: {pack_command(dataset)}")
+    elif size is not None:
+        refused, slow = quota_messages(dataset, size["files"], size["bytes"], site["fast_root_max_files"],
+                                       site["fast_root_max_gb"], packed=size["format"] == "shards")
+        problems.extend(f"runs.{name}.data.path: {p}" for p in refused)
+        warnings.extend(f"run {name}: {w}" for w in slow)
+    return warnings
+
+
 def _storage_checks(name: str, run: dict, top: dict, scratch: Root, env, problems: list[str]) -> Path | None:
     """The dataset's path on the durable root; nothing durable under $HOME."""
     dataset = _dataset_path(name, run["data"], scratch, problems)
@@ -277,8 +296,12 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
     batch = _batch(name, run, world, problems)
     _limit_checks(name, run, site, problems)
     dataset = _storage_checks(name, run, top, scratch, env, problems)
+    # Not for the datasets the workflow writes itself: their files.json appears after the first
+    # plan, and the plan must come out the same in every later parse (a changed plan reruns the run).
+    size = None if run["data"]["name"] in PREPARED else dataset_size(dataset)
+    warnings = _dataset_checks(name, run, site, dataset, size, problems)
     account = _account(name, run, env, problems)
-    warnings = _trainer_checks(name, run, device, problems)
+    warnings += _trainer_checks(name, run, device, problems)
     script = _script(name, run, problems)
     if problems:
         raise ConfigError(f"run {name!r} refused:\n  - " + "\n  - ".join(problems))
@@ -309,6 +332,8 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
             "tmp_shared": top["roots"]["tmp_shared"],  # resolved inside the job
         },
         "dataset": str(dataset) if dataset else None,
+        "dataset_size": size,
+        "fast_root_quota": {"max_files": site["fast_root_max_files"], "max_gb": site["fast_root_max_gb"]},
         "durable_dir": str(run_dir(scratch.path, name) / "checkpoints"),
         "slurm": _slurm_request(run, nodes, nproc, cpus_per_node, mem_gb_per_node, account),
         "env": job_env(run, nodes, cpus_per_rank),

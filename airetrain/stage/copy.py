@@ -20,14 +20,15 @@ from ..fsutil import read_json, sha256_file, write_json_atomic
 
 DATASET_FILES = "files.json"  # written by `prepare`: {"files": {rel: {"size", "sha256"}}}
 STAGE_RECORD = ".airetrain-stage.json"  # what the last stage left in the target
+PACK_WORK = ".pack"   # airetrain pack's resume records beside the shards: not staged
 
 
 class StageError(RuntimeError):
     pass
 
 
-def scan(root: Path) -> dict[str, tuple[int, int]]:
-    """{relative path: (size, mtime_ns)} of every regular file below root.
+def scan(root: Path, skip: frozenset = frozenset({STAGE_RECORD})) -> dict[str, tuple[int, int]]:
+    """{relative path: (size, mtime_ns)} of every regular file below root, but the top-level names in skip.
 
     One thread: on 2 cores, threads made it slower (the GIL between stat calls).
     """
@@ -38,9 +39,11 @@ def scan(root: Path) -> dict[str, tuple[int, int]]:
         with os.scandir(directory) as it:
             for entry in it:
                 rel = prefix + entry.name
+                if rel in skip:
+                    continue
                 if entry.is_dir(follow_symlinks=False):  # d_type: no stat call
                     stack.append((rel + "/", entry.path))
-                elif rel != STAGE_RECORD and entry.is_file():
+                elif entry.is_file():
                     st = entry.stat()
                     out[rel] = (st.st_size, st.st_mtime_ns)
     return out
@@ -144,19 +147,24 @@ def _copy_with_cp(cp: str, src: Path, dst: Path, todo: list[str], procs: int) ->
 
 
 def stage(src: str | Path, dst: str | Path, verify_sha256: bool = False, threads: int | None = None,
-          engine: str = "auto") -> dict:
+          engine: str = "auto", shards: dict | None = None, quota=None) -> dict:
     """Mirror src into dst; return what was done (files, bytes, seconds, MB/s, mode, target).
 
     engine: "cp" (parallel GNU cp processes), "python" (threads), or "auto" (cp where it is GNU).
+    shards: the index of a packed dataset (airetrain.stage.pack): its shards are copied in parallel,
+    each hashed as it is copied and checked against the index, and the pack's work records stay behind.
+    quota: a callable(files, bytes) that raises before anything is copied where the copy would not fit.
     """
     src, dst = Path(src), Path(dst)
     t0 = time.perf_counter()
     if not src.is_dir():
         raise StageError(f"dataset directory {src} does not exist (is the path relative to the scratch root?)")
-    files = scan(src)
+    files = scan(src, frozenset({STAGE_RECORD, PACK_WORK}) if shards else frozenset({STAGE_RECORD}))
     if not files:
         raise StageError(f"dataset directory {src} holds no files")
-    manifest = _check_against_manifest(src, files)
+    if quota is not None:
+        quota(len(files), sum(size for size, _ in files.values()))
+    manifest = _check_shards(src, files, shards) if shards else _check_against_manifest(src, files)
 
     dst.mkdir(parents=True, exist_ok=True)
     digest = listing_digest(files)
@@ -168,10 +176,13 @@ def stage(src: str | Path, dst: str | Path, verify_sha256: bool = False, threads
     for parent in sorted({str(Path(rel).parent) for rel in todo}):
         (dst / parent).mkdir(parents=True, exist_ok=True)
     threads = threads or default_threads()
-    cp = gnu_cp() if engine in ("auto", "cp") else None
+    cp = gnu_cp() if engine in ("auto", "cp") and not shards else None
     if engine == "cp" and cp is None:
-        raise StageError("engine 'cp' needs GNU cp (coreutils)")
-    if cp and todo:
+        raise StageError("engine 'cp' needs GNU cp (coreutils)" + (", and shards are copied by hashing threads"
+                                                                   if shards else ""))
+    if shards and todo:
+        _copy_shards(src, dst, todo, files, manifest, threads)
+    elif cp and todo:
         _copy_with_cp(cp, src, dst, todo, threads)
     elif todo:
         # Contiguous batches of sorted paths: threads mostly work in different directories.
@@ -183,7 +194,7 @@ def stage(src: str | Path, dst: str | Path, verify_sha256: bool = False, threads
     bad = [rel for rel in todo if _stat_path(dst / rel) != files[rel]]
     if bad:
         raise StageError(f"staging to {dst} failed verification: {len(bad)} file(s) differ, first: {bad[0]}")
-    if verify_sha256:
+    if verify_sha256 and not shards:
         _verify_hashes(src, dst, files, manifest, threads)
     if not unchanged:
         write_json_atomic(dst / STAGE_RECORD, {"source": str(src), "files": len(files), "listing": digest})
@@ -193,6 +204,7 @@ def stage(src: str | Path, dst: str | Path, verify_sha256: bool = False, threads
     return {
         "source": str(src),
         "target": str(dst),
+        "format": "shards" if shards else "folder",
         "files": len(files),
         "bytes": sum(size for size, _ in files.values()),
         "copied_files": len(todo),
@@ -200,9 +212,47 @@ def stage(src: str | Path, dst: str | Path, verify_sha256: bool = False, threads
         "seconds": round(seconds, 4),
         "mb_per_s": round(copied_bytes / 1e6 / seconds, 2) if seconds > 0 else None,
         "mode": "copied" if todo else "unchanged",
-        "engine": ("cp" if cp else "python") if todo else None,
-        "sha256_verified": verify_sha256,
+        "engine": ("shards" if shards else "cp" if cp else "python") if todo else None,
+        "sha256_verified": bool(shards) or verify_sha256,
     }
+
+
+def _check_shards(src: Path, files: dict, index: dict) -> dict:
+    """{shard name: sha256}; a listed shard that is missing or not the size the index gives is refused by
+    name before anything is copied (a truncated copy on scratch, an interrupted transfer)."""
+    for shard in index["shards"]:
+        name = shard["name"]
+        if name not in files:
+            raise StageError(f"dataset {src}: shard {name} is in {src}/index.json but missing; "
+                             "run airetrain pack again")
+        if files[name][0] != shard["bytes"]:
+            raise StageError(f"dataset {src}: shard {name} has {files[name][0]} bytes, its index says "
+                             f"{shard['bytes']} (truncated or replaced); run airetrain pack again")
+    return {shard["name"]: shard["sha256"] for shard in index["shards"]}
+
+
+def _copy_shards(src: Path, dst: Path, todo: list[str], files: dict, sha256s: dict, threads: int) -> None:
+    """Shards (and the index files beside them), in parallel; a shard whose bytes are not the index's
+    is deleted from the target and named. The copy is in-kernel and the hash is of the copy, read back
+    from the page cache: measured faster than hashing in the copy loop, and it checks the bytes the
+    trainer will read."""
+    def copy(rel: str) -> str | None:
+        target = str(dst / rel)
+        _copy_file(str(src / rel), target)
+        if rel in sha256s and sha256_file(target) != sha256s[rel]:
+            os.unlink(target)
+            return rel
+        mtime = files[rel][1]
+        os.utime(target, ns=(mtime, mtime))   # last: marks the copy complete and verified
+        return None
+
+    # Largest first, so that one big shard does not finish alone at the end.
+    order = sorted(todo, key=lambda rel: -files[rel][0])
+    with ThreadPoolExecutor(max_workers=min(threads, len(order))) as pool:
+        bad = sorted(filter(None, pool.map(copy, order)))
+    if bad:
+        raise StageError(f"dataset {src}: shard {bad[0]} does not match the sha256 in its index "
+                         f"({len(bad)} shard(s) altered or corrupt); run airetrain pack again")
 
 
 def _stat_path(path: Path) -> tuple[int, int] | None:

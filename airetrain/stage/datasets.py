@@ -18,6 +18,7 @@ import numpy as np
 
 from ..fsutil import fsync_dir, sha256_file, write_json_atomic
 from .copy import DATASET_FILES
+from .pack import INDEX, is_shard_index
 
 
 def write_shards(out: Path, split: str, x: np.ndarray, y: np.ndarray, shard_size: int) -> None:
@@ -100,5 +101,61 @@ def prepare_shapes(dst: str | Path, dims: int = 2, train: int = 512, test: int =
     return _write_dataset(dst, splits, meta, shard_size)
 
 
-PREPARED = {"digits": prepare_digits, "shapes": prepare_shapes,
-            "shapes3d": lambda dst: prepare_shapes(dst, dims=3)}   # the built-in datasets `prepare` writes
+
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+TEST_SPLITS = ("test", "val")   # ImageNet's held-out split is val/
+
+
+def image_folder_splits(top_level: set[str]) -> dict[str, str | None]:
+    """The path prefix of each split of an image folder, from its top-level directories: train/ and test/
+    (or val/); a folder with neither is all training data, one sub-folder per class."""
+    if "train" not in top_level:
+        return {"train": "", "test": None}
+    test = next((name for name in TEST_SPLITS if name in top_level), None)
+    return {"train": "train/", "test": f"{test}/" if test else None}
+
+
+def image_folder_classes(root: str | Path) -> list[str] | None:
+    """The class names (training sub-folders) of an image folder or its shards, without reading every
+    path: the shard index lists folder counts; a folder is listed two levels deep. None if absent."""
+    root = Path(root)
+    if is_shard_index(root):
+        folders = json.loads((root / INDEX).read_text())["folders"]
+    elif root.is_dir():
+        folders = {p.name: 0 for p in root.iterdir() if p.is_dir()}
+        if "train" in folders:
+            folders.update({f"train/{p.name}": 0 for p in (root / "train").iterdir() if p.is_dir()})
+    else:
+        return None
+    prefix = image_folder_splits({f for f in folders if "/" not in f})["train"]
+    return sorted(f[len(prefix):] for f in folders if f.startswith(prefix) and "/" not in f[len(prefix):])
+
+
+def prepare_digits_images(dst: str | Path, test_fraction: float = 0.2, seed: int = 0) -> Path:
+    """The digits as an image folder, train/<digit>/<n>.png and test/<digit>/<n>.png (8 x 8 grey): the
+    demo's data in the layout of an ImageNet-style tree, for image_folder and airetrain pack."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    pixels = np.round(digits.images * (255 / 16)).astype(np.uint8)
+    x_train, x_test, y_train, y_test = train_test_split(pixels, digits.target, test_size=test_fraction,
+                                                        random_state=seed, stratify=digits.target)
+    dst = Path(dst)
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for split, xs, ys in (("train", x_train, y_train), ("test", x_test, y_test)):
+        for n, (x, y) in enumerate(zip(xs, ys)):
+            (tmp / split / str(y)).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(x, mode="L").save(tmp / split / str(y) / f"{n:05d}.png")
+    if dst.exists():
+        shutil.rmtree(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(dst)
+    return dst
+
+
+PREPARED = {"digits": prepare_digits, "shapes": prepare_shapes, "shapes3d": lambda dst: prepare_shapes(dst, dims=3),
+            "digits-images": prepare_digits_images}   # the built-in datasets `prepare` writes

@@ -11,12 +11,24 @@ from pathlib import Path
 
 from ..plan.roots import Root, fast_root, run_dir
 from ..records import PlanRecord, StageRecord, read_record, write_record
+from ..fsutil import read_json
 from .copy import stage
+from .pack import INDEX, is_shard_index
+from .quota import stage_quota
+
+
+def stage_dataset(src: str | Path, dst: str | Path, fmt: str = "auto", verify_sha256: bool = False,
+                  limits: dict | None = None) -> dict:
+    """Stage a dataset folder, or the shards of a packed one (fmt auto: packed where it has a shard index).
+
+    limits ({"max_files", "max_gb"}): the fast root's quotas, checked after the scan, before copying."""
+    shards = read_json(Path(src) / INDEX) if fmt == "shards" or (fmt == "auto" and is_shard_index(src)) else None
+    return stage(src, dst, verify_sha256=verify_sha256, shards=shards, quota=stage_quota(src, limits))
 
 
 def stage_record(copied: dict | None, fast: Root, host: str | None, nodes: dict | None = None) -> StageRecord:
     """stage.json from what the copy did (None: nothing to stage, the data is synthetic)."""
-    copied = copied or {"source": None, "target": None, "files": 0, "bytes": 0, "copied_files": 0,
+    copied = copied or {"source": None, "target": None, "format": None, "files": 0, "bytes": 0, "copied_files": 0,
                         "copied_bytes": 0, "seconds": 0.0, "mb_per_s": None, "mode": "none", "engine": None,
                         "sha256_verified": False}
     return StageRecord(**copied, fast_root=str(fast.path), fast_root_source=fast.source, host=host, nodes=nodes)
@@ -40,9 +52,13 @@ def stage_run(plan_path: str, out: str | Path, this_node: bool = False) -> Stage
         record = {**per_node[min(per_node)], "nodes": per_node}
     else:
         target = run_dir(fast.path, plan["run"]) / "data"
-        copied = stage(plan["dataset"], target, verify_sha256=plan["config"]["data"]["verify_sha256"])
+        data = plan["config"]["data"]
+        # the plan checked the quotas where the dataset's index or manifest gave its size
+        limits = plan["fast_root_quota"] if plan["dataset_size"] is None else None
+        copied = stage_dataset(plan["dataset"], target, data["format"], data["verify_sha256"], limits)
         record = stage_record(copied, fast, socket.gethostname())
-        print(f"staged {record['files']} files ({record['bytes'] / 1e6:.1f} MB) to {target} on {record['host']}: "
+        print(f"staged {record['files']} files ({record['bytes'] / 1e6:.1f} MB, {record['format']}) to {target} "
+              f"on {record['host']}: "
               f"{record['mode']}, {record['seconds']:.2f} s", flush=True)
         if this_node:
             out = out.with_name(f"{out.stem}.{record['host']}.json")

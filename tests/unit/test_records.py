@@ -9,9 +9,9 @@ from conftest import REPO
 
 
 def stage_record(**changes):
-    base = {"source": None, "target": None, "files": 0, "bytes": 0, "copied_files": 0, "copied_bytes": 0,
-            "seconds": 0.0, "mb_per_s": None, "mode": "none", "engine": None, "sha256_verified": False,
-            "fast_root": "/f", "fast_root_source": "config", "host": None, "nodes": None}
+    base = {"source": None, "target": None, "format": None, "files": 0, "bytes": 0, "copied_files": 0,
+            "copied_bytes": 0, "seconds": 0.0, "mb_per_s": None, "mode": "none", "engine": None,
+            "sha256_verified": False, "fast_root": "/f", "fast_root_source": "config", "host": None, "nodes": None}
     return {**base, **changes}
 
 

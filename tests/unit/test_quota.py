@@ -1,0 +1,104 @@
+"""The fast root's quotas: refused or warned about in the plan, before anything is submitted, from the
+dataset's own index or files.json; and the file counts `airetrain doctor` shows."""
+import pytest
+
+from airetrain.errors import ConfigError
+from airetrain.plan.planner import plan_all
+from airetrain.stage.datasets import write_file_list
+from airetrain.stage.pack import pack
+from conftest import BIN, ENV, run
+
+
+def folder(root, files):
+    for i in range(files):
+        (root / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        (root / f"c{i % 2}" / f"{i}.bin").write_bytes(b"x" * 100)
+    write_file_list(root)   # files.json: what the plan reads, instead of walking the tree
+    return root
+
+
+def planned(path, **site):
+    return plan_all({"site": site, "runs": {"r": {"data": {"name": "image_folder", "path": str(path)}}}},
+                    env=ENV)["r"]
+
+
+def test_a_dataset_over_the_file_quota_is_refused_with_the_numbers_and_the_pack_command(tmp_path):
+    src = folder(tmp_path / "imgs", 30)
+    with pytest.raises(ConfigError) as e:
+        planned(src, fast_root_max_files=25)
+    message = str(e.value)
+    assert "runs.r.data.path: the dataset" in message and "(31 files, 0.0 GB)" in message
+    assert "file quota of 25 files per job (site.fast_root_max_files)" in message
+    assert f"airetrain pack {src} {src}-shards (then data.path: {src}-shards)" in message
+
+
+def test_a_dataset_over_a_tenth_of_the_file_quota_is_warned_about(tmp_path, caplog):
+    src = folder(tmp_path / "imgs", 30)
+    plan = planned(src, fast_root_max_files=200)
+    assert plan["dataset_size"] == {"files": 31, "bytes": 3000, "format": "folder", "from": str(src / "files.json")}
+    [warning] = plan["warnings"]
+    assert "16% of the fast root's file quota (200)" in warning and "staging it file by file is slow" in warning
+    assert "airetrain pack" in warning
+    assert planned(src, fast_root_max_files=1000)["warnings"] == []
+
+
+def test_a_dataset_over_the_byte_quota_is_refused(tmp_path):
+    src = folder(tmp_path / "imgs", 4)
+    with pytest.raises(ConfigError, match=r"quota of 1e-07 GB per job \(site\.fast_root_max_gb\)"):
+        planned(src, fast_root_max_gb=0.0000001)
+
+
+def test_packed_the_same_dataset_fits_and_the_plan_counts_its_shards(tmp_path):
+    src = folder(tmp_path / "imgs", 30)
+    index = pack(src, tmp_path / "imgs-shards", shard_bytes=10_000, log=lambda line: None)
+    plan = planned(tmp_path / "imgs-shards", fast_root_max_files=25)
+    assert plan["dataset_size"]["format"] == "shards" and plan["dataset_size"]["files"] == index["shard_count"] + 3
+    assert plan["warnings"] == []
+
+
+def test_format_shards_without_an_index_is_refused(tmp_path):
+    src = folder(tmp_path / "imgs", 3)
+    with pytest.raises(ConfigError, match=r"data\.format is shards, but .* has no shard index \(index\.json\): "
+                                          r"pack it first: airetrain pack"):
+        plan_all({"runs": {"r": {"data": {"name": "image_folder", "path": str(src), "format": "shards"}}}},
+                 env=ENV)
+
+
+def test_a_folder_without_a_manifest_is_left_to_the_stage_step(tmp_path):
+    src = folder(tmp_path / "imgs", 30)
+    (src / "files.json").unlink()
+    plan = planned(src, fast_root_max_files=25)   # the plan does not walk the tree
+    assert plan["dataset_size"] is None and plan["fast_root_quota"] == {"max_files": 25, "max_gb": 1000}
+
+
+def fake_tool(bin_dir, name, output):
+    """A FAKE of Aire's quota tools (this machine has no Lustre): prints what `lfs quota` prints there."""
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / name
+    tool.write_text(f"#!/bin/sh\ncat <<'EOF'\n{output}EOF\n")
+    tool.chmod(0o755)
+    return bin_dir
+
+
+LFS_OUTPUT = """Disk quotas for usr alice (uid 1234):
+     Filesystem    used   quota   limit   grace   files   quota   limit   grace
+/mnt/scratch/users/alice
+                  812G      0k      1T       -  1390000       0 1500000       -
+"""
+
+
+def test_doctor_shows_the_file_counts_from_lfs_quota(tmp_path):
+    fake = fake_tool(tmp_path / "bin", "lfs", LFS_OUTPUT)
+    env = {"PATH": f"{fake}:{BIN}:/usr/bin:/bin", "SCRATCH": "/mnt/scratch/users/alice"}
+    out = run([str(BIN / "airetrain"), "doctor"], env=env).stdout
+    assert "quota $SCRATCH (/mnt/scratch/users/alice): 1,390,000 files of 1,500,000 (93%); OVER 90%: Aire counts " \
+           "this as full" in out
+
+
+def test_doctor_says_when_no_quota_tool_is_installed(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    out = run([str(BIN / "airetrain"), "doctor"], env={"PATH": str(empty), "HOME": str(tmp_path)},
+              exact_env=True).stdout
+    assert "file quotas: unknown here (neither lfs nor quota is installed); on Aire, `quota -s` or " \
+           "`lfs quota -u $USER $SCRATCH` shows them" in out
