@@ -1,4 +1,4 @@
-"""The torch Datasets the trainer reads: staged .npy shards, synthetic data, and user datasets.
+"""The torch Datasets the trainer reads: staged .npy shards, image folders, synthetic data, user datasets.
 
 The shard layout is written by airetrain.stage.datasets (see there).
 """
@@ -105,6 +105,11 @@ def is_user_dataset(cfg: dict) -> bool:
     return ":" in cfg["name"]
 
 
+def draws_random_numbers(cfg: dict) -> bool:
+    """Whose samples may be augmented: seeded per sample (PerSampleSeeds), so a resume replays them."""
+    return is_user_dataset(cfg) or cfg["name"] == "image_folder"
+
+
 def build_datasets(cfg: dict, root: str | None) -> tuple[Dataset, Dataset | None, dict]:
     """(train, test, meta) for the `data:` config; root is the staged copy (None if nothing staged).
 
@@ -119,6 +124,9 @@ def build_datasets(cfg: dict, root: str | None) -> tuple[Dataset, Dataset | None
     name = cfg["name"]
     if name == "synthetic":
         train, test = Synthetic(cfg, "train"), Synthetic(cfg, "test")
+    elif name == "image_folder":
+        from .image_folder import image_folder
+        train, test = image_folder(cfg, root)
     elif is_user_dataset(cfg):
         builder = import_callable(name)
         train, test = builder("train", root), builder("test", root)

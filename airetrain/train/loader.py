@@ -55,7 +55,7 @@ def training_data(plan: dict, target: str | None, d) -> TrainData:
     cfg = plan["config"]
     seed = cfg["train"]["seed"]
     train_set, test_set, meta = datasets.build_datasets(cfg["data"], target)
-    if datasets.is_user_dataset(cfg["data"]):   # its augmentations replay exactly (the built-ins have none)
+    if datasets.draws_random_numbers(cfg["data"]):   # its augmentations replay exactly after a resume
         train_set = datasets.PerSampleSeeds(train_set, seed)
     per_device, accum = plan["batch"]["per_device"], plan["batch"]["grad_accum"]
     sampler = ResumableSampler(train_set, num_replicas=d.world_size, rank=d.rank, shuffle=True, seed=seed,
