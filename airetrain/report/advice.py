@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 
 from ..hardware import GPUS
+from ..stage.quota import pack_command
 
 LOW = 0.5             # below this share of a request, ask for less
 DATA_BOUND = 0.3      # data wait share above which the loader, not the GPU, sets the pace
 HEADROOM = 1.2        # memory: peak + 20 %
 TIME_HEADROOM = 1.5   # time: 1.5 x what was used
+STAGE_SLOW = 0.03     # staging above this share of the job: worth packing the dataset
 L40S_GB = GPUS["L40S"]["memory_gb"]
 
 
@@ -67,6 +69,10 @@ def advise(row: dict) -> list[str]:
             and estimate["ddp_per_gpu_gb"] < 0.8 * L40S_GB:
         tips.append(f"FSDP was used, but DDP's estimated {estimate['ddp_per_gpu_gb']:.1f} GB per GPU fits: "
                     "strategy: ddp avoids the all-gathers")
+    stage_frac = _num(row, "stage_frac")
+    if stage_frac is not None and stage_frac > STAGE_SLOW and row.get("stage_format") == "folder":
+        tips.append(f"staging {row['stage_files']:,} files took {row['stage_s']:.0f} s, {stage_frac:.0%} of the job: "
+                    f"pack this dataset into shards and stage those: {pack_command(row['stage_source'])}")
     if wait is not None and wait > DATA_BOUND:
         tips.append(f"more GPUs would not help: {wait:.0%} of step time is spent waiting for data")
     return tips

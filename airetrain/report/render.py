@@ -14,7 +14,8 @@ import pandas as pd
 from .table import COLUMNS
 
 SHOWN = ["run", "state", "job_id", "job_state", "elapsed_s", "time_eff", "cpu_eff", "mem_eff", "gpu_hours",
-         "gpu_util", "samples_per_s", "data_wait_frac", "eval_loss", "eval_accuracy", "eval_<metric>", "source"]
+         "gpu_util", "samples_per_s", "data_wait_frac", "stage_s", "stage_frac", "eval_loss", "eval_accuracy",
+         "eval_<metric>", "source"]
 
 
 def to_markdown(df: pd.DataFrame) -> str:

@@ -44,6 +44,10 @@ COLUMNS = {
     "samples_per_s": "training throughput over all ranks",
     "mfu": "model FLOPs utilisation against the GPU's bf16 peak (0-1; GPU only)",
     "data_wait_frac": "share of step time spent waiting for the data loader (0-1)",
+    "stage_files": "files the stage step copied onto the fast root, or found unchanged (packed: its shards)",
+    "stage_mb": "MB of the staged dataset",
+    "stage_s": "wall seconds of the stage step (the copy and its verification)",
+    "stage_frac": "stage seconds / the job's elapsed seconds (0-1): above a few percent, pack the dataset",
     "eval_loss": "mean loss on the held-out split (empty without a test split)",
     "eval_accuracy": "accuracy on the held-out split (classification and segmentation)",
     "eval_<metric>": "each further metric on the held-out split: dice for segmentation, or train.metrics' own",
@@ -91,6 +95,18 @@ def benchmark_row(bench: pd.DataFrame, plan: dict) -> dict:
                      "mem_used_mb": used, "mem_alloc_mb": alloc, "mem_eff": used / alloc if alloc else None})
 
 
+def _stage_figures(run_dir: Path, elapsed_s: float | None) -> dict:
+    """What staging cost: its files, bytes and seconds, and its share of the job (the advice reads
+    stage_format and stage_source, which the table does not show)."""
+    path = run_dir / "stage.json"
+    stage = read_json(path) if path.exists() else None
+    if not stage or stage.get("mode") == "none":
+        return {}
+    return {"stage_files": stage["files"], "stage_mb": round(stage["bytes"] / 1e6, 1), "stage_s": stage["seconds"],
+            "stage_frac": round(stage["seconds"] / elapsed_s, 4) if elapsed_s else None,
+            "stage_format": stage.get("format"), "stage_source": stage["source"]}
+
+
 def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
     row = {"run": run_dir.name}
     plan = read_json(run_dir / "plan.json") if (run_dir / "plan.json").exists() else {}
@@ -105,6 +121,7 @@ def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
         row.update(job_row(job))
     elif bench is not None:
         row.update(benchmark_row(bench, plan))
+    row.update(_stage_figures(run_dir, row.get("elapsed_s")))
     if train:
         for key in ("samples_per_s", "mfu", "data_wait_frac", "eval_loss", "eval_accuracy", "world_size",
                     "strategy"):

@@ -69,7 +69,7 @@ def test_efficiency_table_has_one_row_per_run(demo):
     assert [r["run"] for r in rows] == ["digits-ddp"]
     row = rows[0]
     for col in ("state", "elapsed_s", "cpu_eff", "mem_used_mb", "mem_eff", "samples_per_s", "data_wait_frac",
-                "eval_accuracy"):
+                "stage_files", "stage_s", "stage_frac", "eval_accuracy"):
         assert row[col] != "", col
     assert row["state"] == "done" and 0 < float(row["cpu_eff"]) <= 1.5 and float(row["elapsed_s"]) > 0
     assert row["source"] == "benchmark"   # no SLURM job: Snakemake's benchmark files
