@@ -197,8 +197,8 @@ def test_stage_figures_and_the_advice_to_pack_a_slowly_staged_folder(tmp_path):
         (run_dir / "stage.json").write_text(
             f'{{"files": 1281167, "bytes": 150000000000, "seconds": 540.0, "mode": "copied", "format": "{fmt}", '
             f'"source": "/scratch/u/imagenet"}}')
-        for step, seconds in (("stage", 540.0), ("train", 5400.0), ("promote", 60.0)):
-            (run_dir / "benchmarks" / f"{step}.tsv").write_text(f"s\tcpu_time\tmax_rss\n{seconds}\t1.0\t100\n")
+        for step, wall in (("stage", 540.0), ("train", 5400.0), ("promote", 60.0)):
+            (run_dir / "benchmarks" / f"{step}.tsv").write_text(f"s\tcpu_time\tmax_rss\n{wall}\t1.0\t100\n")
     df = table(tmp_path, ["folder", "packed"]).set_index("run")
     assert df.loc["folder", "stage_files"] == 1281167 and df.loc["folder", "stage_mb"] == 150000.0
     assert df.loc["folder", "stage_s"] == 540.0 and df.loc["folder", "stage_frac"] == pytest.approx(0.0900, abs=1e-4)
