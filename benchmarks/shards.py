@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -34,22 +33,10 @@ from torch.utils.data import DataLoader, Dataset
 from airetrain.stage.pack import pack
 from airetrain.stage.staging import stage_dataset
 from airetrain.train.files import DatasetFiles
+from stage import make_tree   # benchmarks/stage.py: the same small files
 
 
 WIDS_SAMPLES = 5_000   # wids re-indexes a shard at every miss of its LRU: a whole epoch takes too long
-
-
-def make_tree(root: Path, files: int, seed: int = 0) -> int:
-    rng = random.Random(seed)
-    blob = os.urandom(64 * 1024)
-    total = 0
-    for i in range(files):
-        size = rng.randint(1024, 64 * 1024)
-        path = root / "train" / f"class{i % 100:03d}" / f"img{i:07d}.jpg"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(blob[:size])
-        total += size
-    return total
 
 
 def timed(fn) -> tuple[float, object]:
@@ -93,7 +80,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="shards-bench-", dir=args.dir))
     try:
         src = work / "folder"
-        total = make_tree(src, args.files)
+        total = make_tree(src, args.files, name=lambda i: f"train/class{i % 100:03d}/img{i:07d}.jpg")
         print(f"{args.files:,} files, {total / 1e9:.2f} GB, in {work} (page cache warm: a laptop or node, "
               "not Lustre, which pays more per file)")
         rsync_s, _ = timed(lambda: subprocess.run(["rsync", "-a", f"{src}/", str(work / "rsync")], check=True))

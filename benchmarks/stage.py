@@ -19,13 +19,14 @@ from pathlib import Path
 from airetrain.stage.copy import stage
 
 
-def make_tree(root: Path, files: int, seed: int = 0) -> int:
+def make_tree(root: Path, files: int, seed: int = 0, name=lambda i: f"d{i // 1000:03d}/f{i:06d}.bin") -> int:
+    """`files` files of 1-64 KiB below root, the i-th at name(i); returns their bytes."""
     rng = random.Random(seed)
     blob = os.urandom(64 * 1024)
     total = 0
     for i in range(files):
         size = rng.randint(1024, 64 * 1024)
-        path = root / f"d{i // 1000:03d}" / f"f{i:06d}.bin"
+        path = root / name(i)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(blob[:size])
         total += size
