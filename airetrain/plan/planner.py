@@ -261,6 +261,11 @@ def _account(name: str, run: dict, env, problems: list[str]) -> str | None:
     return account
 
 
+def _mail(slurm: dict) -> str:
+    """sbatch's mail options (both validated by the schema: names and an address, nothing a shell reads)."""
+    return "".join(f" --mail-{key}={slurm[f'mail_{key}']}" for key in ("type", "user") if slurm[f"mail_{key}"])
+
+
 def _slurm_request(run: dict, nodes: int, nproc: int, cpus_per_node: int, mem_gb_per_node: float,
                    account: str | None) -> dict:
     return {
@@ -277,7 +282,7 @@ def _slurm_request(run: dict, nodes: int, nproc: int, cpus_per_node: int, mem_gb
         # tasks=1, so one node sets the key with an empty value (same launch path).
         "mpi": "srun" if nodes > 1 else "",
         # a requeued job appends to its log instead of truncating the first run's
-        "extra": "--open-mode=append" + (" --requeue" if run["checkpoint"]["requeue"] else ""),
+        "extra": "--open-mode=append" + (" --requeue" if run["checkpoint"]["requeue"] else "") + _mail(run["slurm"]),
         # its own resource: the executor refuses --qos in slurm_extra (and then waits forever)
         "qos": run["slurm"]["qos"],
     }
@@ -295,6 +300,9 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
     cpus_per_rank, cpus_per_node, mem_gb_per_node = _per_node(name, run, site, nproc, problems)
     batch = _batch(name, run, world, problems)
     _limit_checks(name, run, site, problems)
+    if run["slurm"]["mail_user"] and not run["slurm"]["mail_type"]:
+        problems.append(f"runs.{name}.slurm.mail_user is set but slurm.mail_type is null, so no mail would be sent: "
+                        "set mail_type, e.g. END,FAIL,REQUEUE")
     dataset = _storage_checks(name, run, top, scratch, env, problems)
     # Not for the datasets the workflow writes itself: their files.json appears after the first
     # plan, and the plan must come out the same in every later parse (a changed plan reruns the run).

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -51,6 +52,21 @@ def write(df: pd.DataFrame, out_dir: str | Path, results: str | Path | None = No
     return paths
 
 
+def _curves_links(df: pd.DataFrame, out_dir: Path, results: str | Path | None) -> str:
+    """Where each run's TensorBoard curves are, and the command that shows them all."""
+    if results is None:
+        return ""
+    results = Path(results)
+    logdirs = [(run, results / str(run) / "tensorboard") for run in df["run"]]
+    links = "".join(f'<li><a href="{html.escape(os.path.relpath(path, out_dir))}/">{html.escape(str(run))}</a></li>'
+                    for run, path in logdirs if path.is_dir())
+    if not links:
+        return ""
+    return (f"<h2>Curves</h2><p>TensorBoard event files, one directory per run: "
+            f"<code>tensorboard --logdir {html.escape(str(results))}</code> shows them side by side.</p>"
+            f"<ul>{links}</ul>")
+
+
 def write_html(df: pd.DataFrame, out_dir: Path, results: str | Path | None) -> dict[str, Path]:
     from .plots import figures   # matplotlib: only when a page is written, not for every table
 
@@ -72,6 +88,7 @@ td,th{{border:1px solid #ccc;padding:2px 6px}} figure{{display:inline-block;marg
 {shown.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}")}
 <h2>Advice</h2><ul>{advice or "<li>nothing to change</li>"}</ul>
 <h2>Plots</h2>{inline}
+{_curves_links(df, out_dir, results)}
 </body></html>
 """
     paths["html"] = out_dir / "efficiency.html"

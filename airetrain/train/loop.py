@@ -2,7 +2,7 @@
 
 Run by torchrun (scripts/train.py): every rank executes this file; rank 0 logs and writes.
 The loop hands off to: loader (the data, resumable mid-epoch), optim (optimizer and LR schedule),
-step (one optimizer step), progress (log lines, metrics.jsonl), checkpoint.policy (when to save),
+step (one optimizer step), progress (log lines, metrics.jsonl, TensorBoard curves), checkpoint.policy (when to save),
 checkpoint.manager (saving and resuming), stopping (deadline, SIGTERM), evaluate and summary.
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ..checkpoint.manager import Checkpointer
 from ..checkpoint.policy import Position, SavePolicy
 from ..records import STOPPED, PlanRecord, StageRecord, StopRecord, TrainRecord, read_record, write_record
 from . import distributed, metrics, summary
+from .curves import Curves
 from .evaluate import evaluate
 from .loader import training_data
 from .models import build_model
@@ -118,7 +119,9 @@ def main(argv=None) -> Trained:
              d.world_size, data.steps_per_epoch, epochs, plan["batch"]["global"], per_device, d.world_size, accum,
              precision)
     gpu = metrics.GpuSampler(d.device)
-    progress = Progress(d, plan, total_steps, out / "metrics.jsonl")
+    curves = Curves(out / "tensorboard", step) if d.is_main and cfg["train"]["tensorboard"] else None
+    progress = Progress(d, plan, total_steps, out / "metrics.jsonl", curves,
+                        lambda: {"lr": optimizer.param_groups[0]["lr"], **gpu.latest()})
     stopped = None
     for epoch in range(position.epoch, epochs):
         batches = data.epoch(epoch, step_in_epoch, accum, per_device)

@@ -55,6 +55,13 @@ class GpuSampler:
             mem = self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used
             self.samples.append((float(util), int(mem)))
 
+    def latest(self) -> dict:
+        """The newest sample, for the curves: {} where nothing is sampled (CPU, no NVML)."""
+        if not self.samples:
+            return {}
+        util, mem = self.samples[-1]
+        return {"gpu_util": util, "gpu_mem_gb": mem / 1e9}
+
     def summary(self) -> dict:
         self._stop.set()
         if not self.samples:

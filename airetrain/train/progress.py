@@ -18,8 +18,11 @@ class Progress:
     train.log_every_steps steps and at the last step (rank 0 writes; every rank must call
     `step_done`, whose loss average is a collective)."""
 
-    def __init__(self, d: distributed.Dist, plan: dict, total_steps: int, metrics_path: Path):
-        self.d, self.total_steps = d, total_steps
+    def __init__(self, d: distributed.Dist, plan: dict, total_steps: int, metrics_path: Path, curves=None,
+                 extra=lambda: {}):
+        """curves: where rank 0 also draws each line (curves.Curves, TensorBoard); extra: figures for the
+        curves only, read at each log line (the learning rate, the GPU's latest sample)."""
+        self.d, self.total_steps, self.curves, self.extra = d, total_steps, curves, extra
         self.global_batch = plan["batch"]["global"]
         self.log_every = plan["config"]["train"]["log_every_steps"]
         self.file = open(metrics_path, "a") if d.is_main else None
@@ -62,6 +65,8 @@ class Progress:
                      step, self.total_steps, epoch, self.loss, rate, 100 * self.wait_s / self.step_s, eta)
             line = {"step": step, "epoch": epoch, "loss": self.loss, "samples_per_s": rate,
                     "data_wait_frac": self.wait_s / self.step_s, "elapsed_s": elapsed, "time": time.time()}
+            if self.curves:
+                self.curves.log(step, {**line, **self.extra()})
             if step == self.total_steps:   # written with the evaluation's figures, once they are known
                 self._last = line
             else:
@@ -74,8 +79,11 @@ class Progress:
     def evaluated(self, evaluation: dict | None) -> None:
         """The evaluation's loss and metrics (eval_loss, eval_<name>) join the last step's line."""
         if self._last is not None and evaluation:
-            self._last.update({"eval_loss": evaluation["loss"],
-                               **{f"eval_{name}": value for name, value in evaluation["metrics"].items()}})
+            figures = {"eval_loss": evaluation["loss"],
+                       **{f"eval_{name}": value for name, value in evaluation["metrics"].items()}}
+            self._last.update(figures)
+            if self.curves:
+                self.curves.log(self._last["step"], figures)
 
     def close(self) -> None:
         if self.file and self._last is not None:
@@ -83,3 +91,5 @@ class Progress:
             self._last = None
         if self.file:
             self.file.close()
+        if self.curves:
+            self.curves.close()

@@ -77,6 +77,8 @@ def test_efficiency_table_has_one_row_per_run(demo):
     assert md.startswith("| run | state | elapsed_s | cpu_eff") and "digits-ddp" in md
     html = (work / "results/report/efficiency.html").read_text()
     assert html.count("data:image/png;base64,") == 3 and "digits-ddp" in html
+    assert 'href="../digits-ddp/tensorboard/"' in html and "tensorboard --logdir results" in html
+    assert list((work / "results/digits-ddp/tensorboard").glob("events.out.tfevents.*"))   # on by default
 
 
 def test_snakemake_report_includes_the_figures(demo, tmp_path):

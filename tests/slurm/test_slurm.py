@@ -47,7 +47,8 @@ def cluster_runs(slurm_cluster, tmp_path_factory):
         "roots": {"scratch": str(work / "scratch")},
         "defaults": {"train": {"epochs": 4}},
         "runs": {
-            "demo": {"gpus": 0, "processes": 2},
+            "demo": {"gpus": 0, "processes": 2,
+                     "slurm": {"mail_type": "END,FAIL,REQUEUE", "mail_user": "a.researcher@leeds.ac.uk"}},
             "g3": {**STAND_IN, "gpus": 3, "batch": {"global": 96, "per_device": 32}},
             "g6": {**STAND_IN, "gpus": 6, "batch": {"global": 96, "per_device": 16}},
         },
@@ -74,6 +75,13 @@ def test_one_job_per_run_with_the_planned_resources(cluster_runs):
         tres = dict(item.split("=", 1) for item in job["AllocTRES"].split(","))
         assert tres["mem"] == f"{plan['slurm']['mem_mb'] * plan['nodes'] // 1024}G"
         assert tres.get("gres/gpu") == (str(plan["gpus"]) if plan["gpus"] else None)
+
+
+def test_the_job_asked_slurm_for_the_mail(cluster_runs):
+    work, env, _, _ = cluster_runs
+    job_id = read_json(work / "results/demo/train.json")["slurm_job_id"]
+    shown = run(["scontrol", "show", "job", str(job_id)], env=env).stdout
+    assert "MailUser=a.researcher@leeds.ac.uk" in shown and "MailType=END,FAIL,REQUEUE" in shown
 
 
 def test_train_json_records_the_job_and_its_hosts(cluster_runs):

@@ -16,6 +16,8 @@ BAD = {
     "account": ("$(reboot)", "a SLURM name is letters, digits"),
     "qos": ("normal`id`", "a SLURM name is letters, digits"),
     "nccl_socket_ifname": ("ib0 && reboot", "an interface name or prefix"),
+    "mail_type": ("END,FIAL", "SLURM mail types joined by commas: NONE, BEGIN, END, FAIL, REQUEUE, ALL"),
+    "mail_user": ("me@leeds.ac.uk;reboot", "an e-mail address"),
 }
 
 
@@ -58,9 +60,19 @@ def test_the_sbatch_export_refuses_them_and_prints_no_script(tmp_path, key):
     assert proc.returncode == 2 and f"runs.r.slurm.{key}" in proc.stderr and "#SBATCH" not in proc.stdout
 
 
-def test_the_sbatch_export_carries_the_qos(tmp_path):
-    cfg = write_config(tmp_path / "c.yaml", {"runs": {"r": {"slurm": {"qos": "normal"}}}})
-    assert "#SBATCH --qos=normal" in run(["airetrain", "sbatch", "r", "--configfile", str(cfg)], env=ENV).stdout
+def test_the_sbatch_export_carries_the_qos_and_the_mail_options(tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", {"runs": {"r": {"slurm": {
+        "qos": "normal", "mail_type": "END,FAIL,REQUEUE", "mail_user": "a.researcher@leeds.ac.uk"}}}})
+    script = run(["airetrain", "sbatch", "r", "--configfile", str(cfg)], env=ENV).stdout
+    assert "#SBATCH --qos=normal" in script
+    assert "#SBATCH --mail-type=END,FAIL,REQUEUE\n#SBATCH --mail-user=a.researcher@leeds.ac.uk\n" in script
+
+
+def test_a_mail_user_without_a_mail_type_is_refused():
+    with pytest.raises(ConfigError, match=r"runs\.r\.slurm\.mail_user is set but slurm\.mail_type is null"):
+        plan_all({"runs": {"r": {"slurm": {"mail_user": "a@leeds.ac.uk"}}}}, env=ENV)
+    extra = plan_all({"runs": {"r": {"slurm": {"mail_type": "ALL"}}}}, env=ENV)["r"]["slurm"]["extra"]
+    assert extra.endswith(" --mail-type=ALL") and "mail-user" not in extra   # SLURM's default address
 
 
 @pytest.mark.slurm

@@ -114,6 +114,23 @@ def killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps: int, reference
 def test_resume_after_kill_is_bit_exact(tmp_path, strategy):
     killed_and_resumed_equals_uninterrupted(
         tmp_path, {**LONG, "strategy": strategy, "train": {"epochs": 5, "log_every_steps": 10}}, steps=5 * 22)
+    if strategy == "ddp":
+        curves_continue_across_the_resume(tmp_path / "cut" / "results" / "t" / "tensorboard", steps=5 * 22)
+
+
+def curves_continue_across_the_resume(logdir, steps: int) -> None:
+    """TensorBoard's own reader sees every curve once per logged step, in order, across two sessions."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert len(list(logdir.glob("events.out.tfevents.*"))) == 2   # the killed session and the resumed one
+    curves = EventAccumulator(str(logdir))
+    curves.Reload()
+    tags = set(curves.Tags()["scalars"])
+    assert {"train/loss", "train/lr", "train/samples_per_s", "train/data_wait_frac", "eval/loss",
+            "eval/accuracy"} <= tags
+    for tag in ("train/loss", "train/lr"):
+        assert [e.step for e in curves.Scalars(tag)] == sorted({*range(10, steps + 1, 10), steps}), tag
+    assert [e.step for e in curves.Scalars("eval/accuracy")] == [steps]
 
 
 AUGMENTED = """
