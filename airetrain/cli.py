@@ -120,6 +120,26 @@ def _promote(args) -> None:
     print(f"promoted {result['path']} ({result['size']} bytes, sha256 {result['sha256'][:12]}…): {result['mode']}")
 
 
+def _status(args) -> None:
+    import json
+    import time
+
+    from .report.status import format_status, status
+
+    runs = list(_load_plans(args.configfile))
+    while True:
+        rows = status(runs, args.results, args.logs)
+        text = json.dumps(rows, indent=1, default=str) if args.json else format_status(rows)
+        if not args.watch:
+            print(text)
+            return
+        print(f"\033[H\033[2J{time.strftime('%H:%M:%S')}  (every {args.watch:g} s; Ctrl-C ends)\n{text}", flush=True)
+        try:
+            time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return
+
+
 def _report(args) -> None:
     from .report.render import to_markdown, write
     from .report.table import jobs_table, table
@@ -207,6 +227,15 @@ def main(argv=None) -> None:
     p.add_argument("--record", help="also write the run record (run.json) here")
     p.add_argument("--workflow-dir", default=".", help="the workflow's git checkout, for the run record")
     p.set_defaults(func=_promote)
+
+    p = sub.add_parser("status", help="where every run is: planned, pending (why, expected start), staging, training "
+                                      "(step, loss, ETA), stopped, done, failed (its last error line)")
+    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
+    p.add_argument("--results", default="results")
+    p.add_argument("--logs", default="logs")
+    p.add_argument("--json", action="store_true", help="the same rows as JSON, for scripts")
+    p.add_argument("--watch", type=float, metavar="SECONDS", help="redraw every SECONDS until Ctrl-C")
+    p.set_defaults(func=_status)
 
     p = sub.add_parser("report", help="efficiency table of runs, or of any SLURM jobs (--jobs, --since)")
     p.add_argument("--results", default="results")

@@ -63,7 +63,8 @@ class Progress:
         if self.file:
             log.info("step %d/%d | epoch %d | loss %.4f | %.0f samples/s | data wait %.0f%% | ETA %ds",
                      step, self.total_steps, epoch, self.loss, rate, 100 * self.wait_s / self.step_s, eta)
-            line = {"step": step, "epoch": epoch, "loss": self.loss, "samples_per_s": rate,
+            line = {"step": step, "of_steps": self.total_steps, "eta_s": round(eta, 1), "epoch": epoch,
+                    "loss": self.loss, "samples_per_s": rate,
                     "data_wait_frac": self.wait_s / self.step_s, "elapsed_s": elapsed, "time": time.time()}
             if self.curves:
                 self.curves.log(step, {**line, **self.extra()})

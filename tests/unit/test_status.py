@@ -1,0 +1,48 @@
+"""airetrain status, folded from a run's files (outside SLURM): planned, training, stopped, done, failed;
+and squeue's lines matched to runs by the executor's comment."""
+import json
+
+from airetrain.report.status import format_status, parse_squeue, run_status
+
+
+def write(path, obj):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+
+
+def test_each_state_from_the_files(tmp_path):
+    results, logs = tmp_path / "results", tmp_path / "logs"
+    plan = {"durable_dir": str(tmp_path / "scratch/airetrain/x/checkpoints")}
+    for name in ("training", "stopped", "done", "failed"):
+        write(results / name / "plan.json", plan)
+    write(results / "training" / "metrics.jsonl",
+          '{"step": 40, "of_steps": 220, "eta_s": 75.0, "epoch": 1, "loss": 0.41, "samples_per_s": 510.0}\n{"step": 5')
+    write(results / "stopped" / "STOPPED", {"reason": "deadline", "step": 40, "of_steps": 220})
+    write(results / "done" / "train.json", {"eval_loss": 0.06, "eval_accuracy": 0.97, "eval_metrics": {"dice": 0.8},
+                                            "slurm_job_id": "77"})
+    write(results / "done" / "checkpoint.json", {})
+    write(logs / "failed" / "train.log", "starting\nTraceback (most recent call last):\n  File x\n"
+                                         "[rank0]: ValueError: data.path has no images\n"
+                                         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
+    rows = {name: run_status(name, results, logs, None, {})
+            for name in ("planned", "training", "stopped", "done", "failed")}
+    assert {n: r["state"] for n, r in rows.items()} == {n: n for n in rows}
+    assert rows["training"]["detail"] == "step 40/220 epoch 1 loss 0.4100 510 samples/s ETA 0:01:15"
+    assert rows["stopped"]["detail"] == "at step 40/220 (deadline): waiting to resume"
+    assert rows["done"]["eval"] == {"eval_loss": 0.06, "eval_accuracy": 0.97, "eval_dice": 0.8}
+    assert rows["done"]["job_id"] == "77"
+    assert rows["failed"]["error"] == "ValueError: data.path has no images"
+    assert rows["failed"]["detail"].endswith(f"({logs / 'failed' / 'train.log'})")
+    table = format_status(list(rows.values())).splitlines()
+    assert table[0].split() == ["run", "state", "job", "detail"] and len(table) == 6
+
+
+def test_squeue_lines_are_matched_to_runs_by_the_executors_comment():
+    text = ("101|RUNNING|None|2026-12-01T10:00:00|rule_run_demo_promote_stage_train\n"   # as seen on SLURM
+            "102|PENDING|Resources|2026-12-01T11:30:00|rule_run_g6_wildcards_run=g6\n"
+            "103|RUNNING|None|2026-12-01T10:00:00|an unrelated job\n"
+            "104|RUNNING|None|2026-12-01T10:00:00|rule_run_demo_x_stage\n"               # another run's name
+            "99|COMPLETING|None|2026-12-01T09:00:00|rule_run_demo_promote_stage_train\n")
+    assert parse_squeue(text, ["demo", "g6", "demo_y"]) == {
+        "demo": {"job_id": "101", "state": "RUNNING", "reason": "None", "start": "2026-12-01T10:00:00"},
+        "g6": {"job_id": "102", "state": "PENDING", "reason": "Resources", "start": "2026-12-01T11:30:00"}}
