@@ -10,6 +10,7 @@ import math
 
 from ..hardware import GPUS
 from ..stage.quota import pack_command
+from ..units import format_duration
 
 LOW = 0.5             # below this share of a request, ask for less
 DATA_BOUND = 0.3      # data wait share above which the loader, not the GPU, sets the pace
@@ -45,7 +46,8 @@ def advise(row: dict) -> list[str]:
         else:
             per_rank = max(1, math.ceil(used / ranks))
             tips.append(f"CPU efficiency {cpu_eff:.0%} of {cpus} cores (about {cpu_eff * cpus:.1f} busy): "
-                        f"ask for ~{used} cores (cpus_per_rank: {per_rank})")
+                        f"ask for {used} {'core' if used == 1 else 'cores'} (--cpus-per-task={used} on one node; "
+                        f"cpus_per_rank: {per_rank})")
     if mem_eff is not None and mem_eff < LOW and finished:
         used = row["mem_used_mb"]
         suggest = math.ceil(used * HEADROOM / 1024)
@@ -55,7 +57,7 @@ def advise(row: dict) -> list[str]:
     if time_eff is not None and time_eff < LOW and finished:
         minutes = math.ceil(row["elapsed_s"] * TIME_HEADROOM / 60)
         tips.append(f"time: used {row['elapsed_s'] / 60:.1f} of {row['timelimit_s'] / 60:.0f} min ({time_eff:.0%}): "
-                    f"ask for --time={minutes} min; shorter jobs start sooner (backfill)")
+                    f"ask for --time={format_duration(minutes * 60)}; shorter jobs start sooner (backfill)")
     util = _num(row, "gpu_util")
     if util is not None and util < LOW and wait is not None and wait > 0.1:
         tips.append(f"GPU busy {util:.0%} while {wait:.0%} of step time waits for data: more data.workers, "

@@ -150,8 +150,12 @@ def test_advice_carries_the_numbers_behind_it():
                    "elapsed_s": 3600, "timelimit_s": 14_400})
     text = " | ".join(tips)
     assert "CPU efficiency 20% of 24 cores" in text and "cpus_per_rank: 2" in text   # 4.8 busy -> 6 cores
+    assert "ask for 6 cores (--cpus-per-task=6 on one node" in text
     assert "--mem=24G" in text and "mem_gb_per_rank: 8" in text   # 20000 MB x 1.2, over 3 ranks
-    assert "--time=90 min" in text        # 60 min x 1.5
+    assert "--time=01:30:00" in text        # 60 min x 1.5, in sbatch's syntax
+    short = " | ".join(advise({"job_state": "COMPLETED", "cpu_eff": 0.1, "cpus": 4, "time_eff": 0.01,
+                               "elapsed_s": 50, "timelimit_s": 6000}))
+    assert "ask for 1 core (--cpus-per-task=1" in short and "--time=00:02:00" in short   # not "~1 cores", "1 min"
     data_bound = " | ".join(advise({"job_state": "COMPLETED", "cpu_eff": 0.3, "cpus": 8, "data_wait_frac": 0.45,
                                     "gpu_util": 0.3, "world_size": 1}))
     assert "raise data.workers" in data_bound and "more GPUs would not help: 45%" in data_bound
