@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from conftest import BIN, run, snakemake_cmd, wait_for, write_config
-from test_slurm import SLURM_ARGS, STAND_IN
+from conftest import BIN, run, slurm_state, snakemake_cmd, wait_for, write_config
+from test_slurm import SLURM_ARGS, STAND_IN, unique
 
 pytestmark = pytest.mark.slurm
 
@@ -42,7 +42,8 @@ def test_status_shows_pending_training_done_and_failed(slurm_cluster, tmp_path, 
             "b": {"gpus": 0, "processes": 2, "slurm": {"partition": "standard"}, "train": {"epochs": 1}},
             "c": {"gpus": 0, "processes": 1, "slurm": {"partition": "standard"}, "train": {"script": "boom.py"}},
         }})
-    env = dict(slurm_cluster)
+    # node-local, fresh for this session (as Aire's per-job $TMPDIR): no fast root left by an earlier run
+    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
     calls = counting(tmp_path / "bin", env, "squeue", "sacct")
     counted = {**env, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
     # the CPU node taken: b (and c) wait for it, a trains on a GPU node meanwhile
