@@ -78,9 +78,11 @@ def last_error(logs: Path) -> tuple[str, str] | None:
     candidates = sorted((p for p in logs.glob("*.log") if p.is_file()), key=lambda p: p.stat().st_mtime)
     for path in reversed(candidates):
         lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
-        raised = [m.group(1) for line in lines if (m := EXCEPTION.search(line))
+        raised = [(line, m.group(1)) for line in lines if (m := EXCEPTION.search(line))
                   and not m.group(1).split(":")[0].endswith("ChildFailedError")]
-        errors = raised or [line for line in lines if ERROR_LINE.search(line)]
+        # rank 0's own error, where it has one: the others' are often only "connection closed by peer"
+        first_rank = [error for line, error in raised if line.startswith("[rank0]:")]
+        errors = first_rank or [error for _, error in raised] or [line for line in lines if ERROR_LINE.search(line)]
         if errors:
             return errors[-1][:300], str(path)
     return None

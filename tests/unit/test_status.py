@@ -23,6 +23,7 @@ def test_each_state_from_the_files(tmp_path):
     write(results / "done" / "checkpoint.json", {})
     write(logs / "failed" / "train.log", "starting\nTraceback (most recent call last):\n  File x\n"
                                          "[rank0]: ValueError: data.path has no images\n"
+                                         "[rank1]: RuntimeError: Connection closed by peer\n"
                                          "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
     rows = {name: run_status(name, results, logs, None, {})
             for name in ("planned", "training", "stopped", "done", "failed")}
