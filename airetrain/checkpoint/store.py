@@ -104,10 +104,13 @@ def record(directory: Path, entry: dict, keep: int | None = None) -> None:
     verified one is in the same directory."""
     manifest = _manifest(directory)
     entry = _listed(entry)
-    kept = [e for e in manifest["checkpoints"] if e["file"] != entry["file"]] + [entry]
-    kept.sort(key=lambda e: e["step"])
+    listed = [e for e in manifest["checkpoints"] if e["file"] != entry["file"]]
+    # Checkpoints of another config (the run retrained after a change) are not this history: they
+    # are never counted against keep, nor can their higher steps push out the one just written.
+    others = [e for e in listed if e.get("fingerprint") != entry.get("fingerprint")]
+    kept = sorted([e for e in listed if e not in others] + [entry], key=lambda e: e["step"])
     dropped = kept[:-keep] if keep else []
-    manifest["checkpoints"] = kept[-keep:] if keep else kept
+    manifest["checkpoints"] = others + (kept[-keep:] if keep else kept)
     write_json_atomic(directory / MANIFEST, manifest)  # the manifest first: it never names a deleted file
     for old in dropped:
         remove(directory / old["file"])

@@ -85,3 +85,22 @@ def test_kill_mid_copy_leaves_the_previous_checkpoint_intact(tmp_path):
     assert proc.returncode == -signal.SIGKILL                  # killed mid-copy, not finished
     assert tmps[0].stat().st_size == written                  # half a new checkpoint was on disk ...
     assert dst.read_bytes() == b"previous checkpoint"          # ... and the durable one is untouched
+
+
+def test_a_retrained_run_keeps_its_new_checkpoints_beside_another_configs(tmp_path):
+    """A durable directory still holding a changed config's checkpoints (higher steps, another
+    fingerprint): the new run's saves are kept and pruned among themselves; the old ones stay."""
+    def save(step, fingerprint):
+        (tmp_path / f"step-{step:08d}.pt").write_bytes(b"x")
+        store.record(tmp_path, {"file": f"step-{step:08d}.pt", "step": step, "epoch": 0, "kind": "file",
+                                "size": 1, "sha256": "0" * 64, "fingerprint": fingerprint}, keep=2)
+
+    save(198, "old")
+    save(220, "old")
+    save(22, "new")   # before: sorted by step with the old ones, the new checkpoint was deleted at once
+    assert (tmp_path / "step-00000022.pt").exists()
+    save(44, "new")
+    save(66, "new")
+    files = sorted(e["file"] for e in store.entries(tmp_path))
+    assert files == ["step-00000044.pt", "step-00000066.pt", "step-00000198.pt", "step-00000220.pt"]
+    assert not (tmp_path / "step-00000022.pt").exists() and (tmp_path / "step-00000198.pt").exists()
