@@ -1,9 +1,11 @@
 """`airetrain doctor`: what this environment can run, before a GPU-hour is spent finding out."""
 from __future__ import annotations
 
+import getpass
 import os
 import platform
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -75,6 +77,67 @@ def cuda_lines(build_cuda: str | None, driver: str | None, driver_cuda: str | No
     return lines
 
 
+FULL = 0.9   # Aire counts a filesystem as full at 90 % of its quota, and suspends scheduling
+
+
+def _quota_rows(text: str) -> list[tuple[str, list[str]]]:
+    """(filesystem, its figures) from `lfs quota` or `quota -s`: a header with 'files', then one row per
+    filesystem, whose name may stand alone on a line when it is long."""
+    rows, name = [], None
+    lines = text.splitlines()
+    start = next((i + 1 for i, line in enumerate(lines) if "files" in line.split()), len(lines))
+    for line in lines[start:]:
+        words = line.split()
+        if len(words) == 1:
+            name = words[0]
+        elif words:
+            if name is None or not words[0][0].isdigit():
+                name, words = words[0], words[1:]
+            rows.append((name, words))
+            name = None
+    return rows
+
+
+def _files_figure(words: list[str]) -> str:
+    """'123,456 files of 1,500,000 (8 %)' from the columns used quota limit grace files quota limit grace;
+    grace columns may be empty, so the files come after the first three (space) figures and a grace."""
+    numbers = [w.rstrip("*") for w in words]
+    files = next((i for i in range(3, len(numbers)) if numbers[i].isdigit()), None)
+    if files is None:
+        return "files: not shown"
+    used, limits = int(numbers[files]), [int(n) for n in numbers[files + 1:files + 3] if n.isdigit()]
+    limit = max(limits, default=0)
+    if not limit:
+        return f"{used:,} files (no file limit)"
+    share = used / limit
+    return f"{used:,} files of {limit:,} ({share:.0%})" + \
+        (f"; OVER {FULL:.0%}: Aire counts this as full and suspends scheduling" if share >= FULL else "")
+
+
+def quota_lines(roots: dict[str, str | None]) -> list[str]:
+    """The file counts of the storage roots, from `lfs quota` (Lustre) or `quota -s`."""
+    def run(cmd: list[str]) -> str:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+
+    user = getpass.getuser()
+    lines = []
+    if shutil.which("lfs"):
+        for label, path in roots.items():
+            if not path:
+                continue
+            rows = _quota_rows(run(["lfs", "quota", "-u", user, "-h", path]))
+            lines.append(f"quota {label} ({path}): " + (_files_figure(rows[0][1]) if rows else
+                                                        "lfs quota showed nothing (not a Lustre filesystem?)"))
+    elif shutil.which("quota"):
+        rows = _quota_rows(run(["quota", "-s", "-w"]))
+        lines += [f"quota {name}: {_files_figure(words)}" for name, words in rows] or \
+            ["quota: no quotas are set for you here"]
+    else:
+        lines.append("file quotas: unknown here (neither lfs nor quota is installed); on Aire, "
+                     "`quota -s` or `lfs quota -u $USER $SCRATCH` shows them")
+    return lines
+
+
 def report() -> list[str]:
     import torch
 
@@ -105,8 +168,6 @@ def report() -> list[str]:
     for name in TORCH_VARIABLES:
         if os.environ.get(name):
             lines.append(f"{name}={os.environ[name]}")
-    from .stage.quota import quota_lines
-
     lines += quota_lines({"$SCRATCH": os.environ.get("SCRATCH"), "$TMP_SHARED": os.environ.get("TMP_SHARED")})
     from importlib.util import find_spec
 

@@ -152,7 +152,7 @@ def stage(src: str | Path, dst: str | Path, verify_sha256: bool = False, threads
 
     engine: "cp" (parallel GNU cp processes), "python" (threads), or "auto" (cp where it is GNU).
     shards: the index of a packed dataset (airetrain.stage.pack): its shards are copied in parallel,
-    each hashed as it is copied and checked against the index, and the pack's work records stay behind.
+    each copy hashed and checked against the index, and the pack's work records stay behind.
     quota: a callable(files, bytes) that raises before anything is copied where the copy would not fit.
     """
     src, dst = Path(src), Path(dst)
@@ -178,8 +178,8 @@ def stage(src: str | Path, dst: str | Path, verify_sha256: bool = False, threads
     threads = threads or default_threads()
     cp = gnu_cp() if engine in ("auto", "cp") and not shards else None
     if engine == "cp" and cp is None:
-        raise StageError("engine 'cp' needs GNU cp (coreutils)" + (", and shards are copied by hashing threads"
-                                                                   if shards else ""))
+        raise StageError("engine 'cp' is for folders (shards are copied by threads), and it needs GNU cp"
+                         if shards else "engine 'cp' needs GNU cp (coreutils)")
     if shards and todo:
         _copy_shards(src, dst, todo, files, manifest, threads)
     elif cp and todo:

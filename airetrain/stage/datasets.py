@@ -18,7 +18,7 @@ import numpy as np
 
 from ..fsutil import fsync_dir, sha256_file, write_json_atomic
 from .copy import DATASET_FILES
-from .pack import INDEX, is_shard_index
+from .pack import shard_index
 
 
 def write_shards(out: Path, split: str, x: np.ndarray, y: np.ndarray, shard_size: int) -> None:
@@ -34,24 +34,31 @@ def write_file_list(root: Path) -> None:
     write_json_atomic(root / DATASET_FILES, {"files": listing})
 
 
-def _write_dataset(dst: str | Path, splits: dict[str, tuple[np.ndarray, np.ndarray]], meta: dict,
-                   shard_size: int) -> Path:
-    """Shards, meta.json and files.json, built in a temporary directory and renamed into place, so a
+def _into_place(dst: str | Path, write) -> Path:
+    """write(tmp) builds a dataset in a temporary directory, which is then renamed to dst, so a
     half-written dataset never appears under its real name."""
     dst = Path(dst)
     tmp = dst.with_name(f".{dst.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    for split, (x, y) in splits.items():
-        write_shards(tmp, split, x, y, shard_size)
-    meta = {**meta, "splits": {split: len(x) for split, (x, _) in splits.items()}}
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    write_file_list(tmp)
+    write(tmp)
     if dst.exists():
         shutil.rmtree(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp.rename(dst)
     fsync_dir(dst.parent)
     return dst
+
+
+def _write_dataset(dst: str | Path, splits: dict[str, tuple[np.ndarray, np.ndarray]], meta: dict,
+                   shard_size: int) -> Path:
+    """Shards, meta.json and files.json, put in place whole."""
+    def write(tmp: Path) -> None:
+        for split, (x, y) in splits.items():
+            write_shards(tmp, split, x, y, shard_size)
+        splits_meta = {**meta, "splits": {split: len(x) for split, (x, _) in splits.items()}}
+        (tmp / "meta.json").write_text(json.dumps(splits_meta, indent=2) + "\n")
+        write_file_list(tmp)
+    return _into_place(dst, write)
 
 
 def prepare_digits(dst: str | Path, test_fraction: float = 0.2, shard_size: int = 1000, seed: int = 0) -> Path:
@@ -101,8 +108,6 @@ def prepare_shapes(dst: str | Path, dims: int = 2, train: int = 512, test: int =
     return _write_dataset(dst, splits, meta, shard_size)
 
 
-
-
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 TEST_SPLITS = ("test", "val")   # ImageNet's held-out split is val/
 
@@ -120,8 +125,8 @@ def image_folder_classes(root: str | Path) -> list[str] | None:
     """The class names (training sub-folders) of an image folder or its shards, without reading every
     path: the shard index lists folder counts; a folder is listed two levels deep. None if absent."""
     root = Path(root)
-    if is_shard_index(root):
-        folders = json.loads((root / INDEX).read_text())["folders"]
+    if (index := shard_index(root)) is not None:
+        folders = index["folders"]
     elif root.is_dir():
         folders = {p.name: 0 for p in root.iterdir() if p.is_dir()}
         if "train" in folders:
@@ -143,18 +148,13 @@ def prepare_digits_images(dst: str | Path, test_fraction: float = 0.2, seed: int
     pixels = np.round(digits.images * (255 / 16)).astype(np.uint8)
     x_train, x_test, y_train, y_test = train_test_split(pixels, digits.target, test_size=test_fraction,
                                                         random_state=seed, stratify=digits.target)
-    dst = Path(dst)
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    for split, xs, ys in (("train", x_train, y_train), ("test", x_test, y_test)):
-        for n, (x, y) in enumerate(zip(xs, ys)):
-            (tmp / split / str(y)).mkdir(parents=True, exist_ok=True)
-            Image.fromarray(x, mode="L").save(tmp / split / str(y) / f"{n:05d}.png")
-    if dst.exists():
-        shutil.rmtree(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp.rename(dst)
-    return dst
+
+    def write(tmp: Path) -> None:
+        for split, xs, ys in (("train", x_train, y_train), ("test", x_test, y_test)):
+            for n, (x, y) in enumerate(zip(xs, ys)):
+                (tmp / split / str(y)).mkdir(parents=True, exist_ok=True)
+                Image.fromarray(x, mode="L").save(tmp / split / str(y) / f"{n:05d}.png")
+    return _into_place(dst, write)
 
 
 PREPARED = {"digits": prepare_digits, "shapes": prepare_shapes, "shapes3d": lambda dst: prepare_shapes(dst, dims=3),

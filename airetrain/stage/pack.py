@@ -54,14 +54,16 @@ def sample_key(rel: str) -> tuple[str, str]:
     return (f"{directory}/{stem}" if directory else stem), ext
 
 
-def is_shard_index(root: str | Path) -> bool:
+def shard_index(root: str | Path) -> dict | None:
+    """The index.json of a directory airetrain pack wrote, or None where it is not one."""
     path = Path(root) / INDEX
     if not path.is_file():
-        return False
+        return None
     try:
-        return read_json(path).get("format") == FORMAT
+        index = read_json(path)
     except ValueError:
-        return False
+        return None
+    return index if index.get("format") == FORMAT else None
 
 
 def _tar_bytes(rel: str, size: int) -> int:

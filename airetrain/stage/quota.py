@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..fsutil import read_json
 from .copy import DATASET_FILES, StageError
-from .pack import INDEX, MEMBERS, WIDS, is_shard_index
+from .pack import INDEX, MEMBERS, WIDS, shard_index
 
 SLOW_SHARE = 0.1   # above this share of the file quota, staging file by file is slow: pack it
 
@@ -23,8 +23,7 @@ def dataset_size(path: str | Path | None) -> dict | None:
     if path is None:
         return None
     path = Path(path)
-    if is_shard_index(path):
-        index = read_json(path / INDEX)
+    if (index := shard_index(path)) is not None:
         extra = sum((path / name).stat().st_size for name in (INDEX, MEMBERS, WIDS) if (path / name).exists())
         return {"files": index["shard_count"] + 3, "bytes": index["shard_bytes"] + extra, "format": "shards",
                 "from": str(path / INDEX)}
@@ -70,66 +69,3 @@ def stage_quota(src: str | Path, limits: dict | None):
         if problems:
             raise StageError("; ".join(problems))
     return check
-
-
-FULL = 0.9   # Aire counts a filesystem as full at 90 % of its quota, and suspends scheduling
-
-
-def _quota_rows(text: str) -> list[tuple[str, list[str]]]:
-    """(filesystem, its figures) from `lfs quota` or `quota -s`: a header with 'files', then one row per
-    filesystem, whose name may stand alone on a line when it is long."""
-    rows, name = [], None
-    lines = text.splitlines()
-    start = next((i + 1 for i, line in enumerate(lines) if "files" in line.split()), len(lines))
-    for line in lines[start:]:
-        words = line.split()
-        if len(words) == 1:
-            name = words[0]
-        elif words:
-            if name is None or not words[0][0].isdigit():
-                name, words = words[0], words[1:]
-            rows.append((name, words))
-            name = None
-    return rows
-
-
-def _files_figure(words: list[str]) -> str:
-    """'123,456 files of 1,500,000 (8 %)' from the columns used quota limit grace files quota limit grace;
-    grace columns may be empty, so the files come after the first three (space) figures and a grace."""
-    numbers = [w.rstrip("*") for w in words]
-    files = next((i for i in range(3, len(numbers)) if numbers[i].isdigit()), None)
-    if files is None:
-        return "files: not shown"
-    used, limits = int(numbers[files]), [int(n) for n in numbers[files + 1:files + 3] if n.isdigit()]
-    limit = max(limits, default=0)
-    if not limit:
-        return f"{used:,} files (no file limit)"
-    share = used / limit
-    return f"{used:,} files of {limit:,} ({share:.0%})" + \
-        (f"; OVER {FULL:.0%}: Aire counts this as full and suspends scheduling" if share >= FULL else "")
-
-
-def quota_lines(roots: dict[str, str | None], run=None) -> list[str]:
-    """`airetrain doctor`'s file counts of the storage roots, from `lfs quota` (Lustre) or `quota -s`."""
-    import getpass
-    import shutil
-    import subprocess
-
-    run = run or (lambda cmd: subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout)
-    user = getpass.getuser()
-    lines = []
-    if shutil.which("lfs"):
-        for label, path in roots.items():
-            if not path:
-                continue
-            rows = _quota_rows(run(["lfs", "quota", "-u", user, "-h", path]))
-            lines.append(f"quota {label} ({path}): " + (_files_figure(rows[0][1]) if rows else
-                                                        "lfs quota showed nothing (not a Lustre filesystem?)"))
-    elif shutil.which("quota"):
-        rows = _quota_rows(run(["quota", "-s", "-w"]))
-        lines += [f"quota {name}: {_files_figure(words)}" for name, words in rows] or \
-            ["quota: no quotas are set for you here"]
-    else:
-        lines.append("file quotas: unknown here (neither lfs nor quota is installed); on Aire, "
-                     "`quota -s` or `lfs quota -u $USER $SCRATCH` shows them")
-    return lines

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from ..plan.roots import Root, fast_root, run_dir
 from ..records import PlanRecord, StageRecord, read_record, write_record
-from ..fsutil import read_json
-from .copy import stage
-from .pack import INDEX, is_shard_index
+from .copy import StageError, stage
+from .pack import INDEX, shard_index
 from .quota import stage_quota
 
 
@@ -22,7 +21,9 @@ def stage_dataset(src: str | Path, dst: str | Path, fmt: str = "auto", verify_sh
     """Stage a dataset folder, or the shards of a packed one (fmt auto: packed where it has a shard index).
 
     limits ({"max_files", "max_gb"}): the fast root's quotas, checked after the scan, before copying."""
-    shards = read_json(Path(src) / INDEX) if fmt == "shards" or (fmt == "auto" and is_shard_index(src)) else None
+    shards = shard_index(src) if fmt != "folder" else None
+    if fmt == "shards" and shards is None:
+        raise StageError(f"data.format is shards, but {src} has no shard index ({INDEX}): run airetrain pack")
     return stage(src, dst, verify_sha256=verify_sha256, shards=shards, quota=stage_quota(src, limits))
 
 

@@ -25,9 +25,8 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..fsutil import read_json
 from ..stage.copy import scan
-from ..stage.pack import INDEX, MEMBERS, is_shard_index, sample_key
+from ..stage.pack import MEMBERS, sample_key, shard_index
 
 MAX_OPEN = 128   # shard file handles per process (a per-process limit of 1,024 is common)
 
@@ -37,9 +36,10 @@ class DatasetFiles(Dataset):
 
     def __init__(self, root: str | Path, under: str = ""):
         self.root = Path(root)
-        self.packed = is_shard_index(self.root)
+        index = shard_index(self.root)
+        self.packed = index is not None
         if self.packed:
-            self.shard_names = [s["name"] for s in read_json(self.root / INDEX)["shards"]]
+            self.shard_names = [s["name"] for s in index["shards"]]
             paths, shards, offsets, sizes = _read_members(self.root / MEMBERS, self.shard_names, under)
         else:
             listing = sorted(rel for rel in scan(self.root) if rel.startswith(under))

@@ -48,7 +48,7 @@ def test_status_shows_pending_training_done_and_failed(slurm_cluster, tmp_path, 
     counted = {**env, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
     # the CPU node taken: b (and c) wait for it, a trains on a GPU node meanwhile
     blocker = run(["sbatch", "--parsable", "-p", "standard", "-w", "labcpu1", "--exclusive", "-t", "60",
-                   "--wrap", "sleep 900"], env=env).stdout.strip()
+                   "-o", str(tmp_path / "blocker-%j.out"), "--wrap", "sleep 900"], env=env).stdout.strip()
     try:
         pipeline = subprocess.Popen(snakemake_cmd(work, cfg, *SLURM_ARGS, "--jobs", "3", "--keep-going"), cwd=work,
                                     env={**os.environ, **env, "PATH": f"{BIN}:{os.environ['PATH']}"},
