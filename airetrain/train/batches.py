@@ -53,3 +53,10 @@ def target(batch):
             if key in batch:
                 return batch[key]
     return None
+
+
+def first_batch(dataset, size: int, device: torch.device):
+    """The dataset's first `size` samples as one batch on device (for probes, not for training)."""
+    from torch.utils.data import DataLoader
+
+    return to_device(next(iter(DataLoader(dataset, batch_size=size))), device)

@@ -24,6 +24,7 @@ from ..checkpoint.manager import Checkpointer
 from ..checkpoint.policy import Position, SavePolicy
 from ..records import STOPPED, PlanRecord, StageRecord, StopRecord, TrainRecord, read_record, write_record
 from . import distributed, metrics, summary
+from .batches import first_batch
 from .curves import Curves
 from .evaluate import evaluate
 from .loader import training_data
@@ -94,7 +95,8 @@ def main(argv=None) -> Trained:
     seed_all(seed)   # the same initial weights on every rank (DDP also broadcasts rank 0's)
     model = build_model(cfg["model"], data.meta).to(d.device)
     objective = Objective(cfg["train"], cfg["model"])
-    flops_per_micro = metrics.micro_batch_flops(model, objective, data.train_set, per_device, d.device, precision)
+    probe = first_batch(data.train_set, per_device, d.device)
+    flops_per_micro = metrics.micro_batch_flops(model, objective, probe, d.device, precision)
     par = Parallel(model, plan, d.device)
     optimizer = make_optimizer(cfg["optim"], model.parameters())
     total_steps = data.steps_per_epoch * epochs
@@ -105,6 +107,7 @@ def main(argv=None) -> Trained:
     ckpt = Checkpointer(d, par, optimizer, plan, Path(staged["fast_root"]), staged["fast_root_source"] == "$TMPDIR")
     seed_all(seed + 1000 * d.rank)   # dropout differs per rank; a resume restores each rank's state
     position = resume(ckpt, scheduler, scaler, data.steps_per_epoch)
+    par.settle_buckets(objective, probe, precision)   # a resumed session reduces as an uninterrupted one does
     step, step_in_epoch, hosts = position.step, position.step_in_epoch, distributed.hostnames()
     if d.is_main:
         records.record_session(Path(plan["durable_dir"]).parent, os.environ.get("SLURM_JOB_ID"), step, hosts)

@@ -77,13 +77,9 @@ def now(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def micro_batch_flops(model, objective, dataset, per_device: int, device: torch.device, precision: str) -> int:
+def micro_batch_flops(model, objective, batch, device: torch.device, precision: str) -> int:
     """Model FLOPs of one micro-batch of the training set, under the run's autocast."""
-    from torch.utils.data import DataLoader
-
-    from .batches import to_device
     from .step import autocast
 
-    batch = to_device(next(iter(DataLoader(dataset, batch_size=per_device))), device)
     with autocast(device, precision):
         return count_flops(model, objective, batch)
