@@ -315,14 +315,16 @@ def record_session(run_dir: str | Path, job_id: str | None, resumed_from_step: i
 STOPS = "stops.jsonl"
 
 
-def record_stop(run_dir: str | Path, stopped: dict, job_id: str | None, action: str) -> None:
-    """Append an early stop (deadline, signal) and what followed (requeued, exit code) to the durable
-    run directory: Snakemake deletes the rule's log when the requeued job runs the rule again."""
+def record_stop(run_dir: str | Path, stopped: dict, job_id: str | None, action: str,
+                details: dict | None = None) -> None:
+    """Append an early stop (deadline, signal, hang) and what followed (requeued, exit code, restart) to
+    the durable run directory: Snakemake deletes the rule's log when the requeued job runs the rule again.
+    details: what else there is to say (a hang's launch and the folder of its stack dumps)."""
     path = Path(run_dir) / STOPS
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps({"slurm_job_id": job_id, "reason": stopped["reason"], "step": stopped["step"],
-                            "time": time.time(), "action": action}) + "\n")
+                            "time": time.time(), "action": action, **(details or {})}) + "\n")
 
 
 def stops(run_dir: str | Path) -> list[dict]:

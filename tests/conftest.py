@@ -110,6 +110,18 @@ def launch_training(tmp_path: Path, run_cfg: dict, name: str = "t", dump=None, c
     return out, proc
 
 
+def final_state(out: Path, tmp_path: Path) -> dict:
+    """Model and optimizer of the run's final durable checkpoint (a file, or a DCP directory)."""
+    path = Path(read_json(out / "train.json")["checkpoint"]["path"])
+    if path.is_dir():
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+        dcp_to_torch_save(path, tmp_path / "converted.pt")
+        path = tmp_path / "converted.pt"
+    import torch
+    state = torch.load(path, weights_only=True)
+    return flatten({"model": state["model"], "optimizer": state["optimizer"]})
+
+
 def flatten(tree, prefix=""):
     """A nested state (dicts, lists) as one dict of dotted keys."""
     if isinstance(tree, dict):

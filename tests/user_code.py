@@ -6,6 +6,9 @@ from pathlib import Path
 
 OWNLAB = '''
 import dataclasses
+import os
+import threading
+import time
 
 import torch
 from torch import nn
@@ -110,6 +113,50 @@ def attributes(meta, cfg):
 
 def sequential(meta, cfg):
     return nn.Sequential(nn.Flatten(), nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 96), nn.ReLU(), nn.Linear(96, 10))
+
+
+def hangs_once(meta, cfg):
+    """The built-in small_cnn, whose training forward blocks forever on rank 1 at forward pass
+    $HANG_AT, once: it leaves $HANG_MARKER behind (its content: when it blocked), so the restarted
+    group goes on; with $HANG_ALWAYS, at that pass of every start. Without $HANG_MARKER it is small_cnn."""
+    from airetrain.train.models import build_model
+
+    model = build_model({**cfg, "name": "small_cnn"}, meta)
+    plain, passes = model.forward, [0]
+
+    def forward(x):
+        if model.training:
+            passes[0] += 1
+            marker = os.environ.get("HANG_MARKER")
+            if (marker and os.environ["RANK"] == "1" and passes[0] == int(os.environ["HANG_AT"])
+                    and (os.environ.get("HANG_ALWAYS") or not os.path.exists(marker))):
+                with open(marker, "w") as f:
+                    f.write(repr(time.time()))
+                block_forever()
+        return plain(x)
+
+    model.forward = forward
+    return model
+
+
+def paced(meta, cfg):
+    """The built-in small_cnn, with each training forward pass a second long while $HOLD exists."""
+    from airetrain.train.models import build_model
+
+    model = build_model({**cfg, "name": "small_cnn"}, meta)
+    plain = model.forward
+
+    def forward(x):
+        if model.training and os.path.exists(os.environ.get("HOLD", "/nonexistent")):
+            time.sleep(1)
+        return plain(x)
+
+    model.forward = forward
+    return model
+
+
+def block_forever():
+    threading.Event().wait()
 '''
 
 

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 
-def job_env(run: dict, nodes: int, cpus_per_rank: int) -> dict:
-    """Environment every rank gets: what Aire's guidance asks of multi-GPU jobs (README, "On Aire")."""
+def job_env(run: dict, nodes: int, cpus_per_rank: int, device: str, run_dir: str) -> dict:
+    """Environment every rank gets: what Aire's guidance asks of multi-GPU jobs (README, "On Aire"), and
+    on GPUs NCCL's flight recorder, which the hang watchdog dumps (and NCCL itself on a timeout)."""
     env = {
         "OMP_NUM_THREADS": str(cpus_per_rank),
         "MKL_NUM_THREADS": str(cpus_per_rank),
@@ -13,6 +14,9 @@ def job_env(run: dict, nodes: int, cpus_per_rank: int) -> dict:
     }
     if run["train"]["deterministic"]:   # cuBLAS reads it when CUDA starts: it must be in the environment
         env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    if device == "cuda" and run["train"]["hang_timeout_min"]:
+        env.update({"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                    "TORCH_FR_DUMP_TEMP_FILE": f"{run_dir}/hangs/nccl-timeout/rank_"})
     if nodes > 1:
         env.update({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "WARN"})
         if run["slurm"]["nccl_socket_ifname"]:

@@ -129,6 +129,10 @@ def _trainer_checks(name, run, device, problems) -> list[str]:
                             "tensor cores run slower on such shapes")
     elif run["compile"]:
         warnings.append(f"run {name}: compile is ignored on CPU")
+    hang, job_min = run["train"]["hang_timeout_min"], sum(run["time_min"].values())
+    if hang and hang >= job_min:
+        warnings.append(f"run {name}: train.hang_timeout_min = {hang} is not shorter than the job ({job_min} min): "
+                        "the watchdog cannot fire before the time limit")
     return warnings
 
 
@@ -221,6 +225,11 @@ def _limit_checks(name: str, run: dict, site: dict, problems: list[str]) -> None
     if margin >= total_min:
         problems.append(f"runs.{name}.checkpoint.stop_margin_min = {margin} leaves no time to train in a job of "
                         f"{total_min} min (time_min); lower it or raise time_min.train")
+    hang = run["train"]["hang_timeout_min"]
+    if hang and hang <= margin:
+        problems.append(f"runs.{name}.train.hang_timeout_min = {hang} is not above checkpoint.stop_margin_min = "
+                        f"{margin}: a save may take that long without a step, and the watchdog would call it a hang; "
+                        "raise it, or set 0 to turn the watchdog off")
 
 
 def _dataset_checks(name: str, run: dict, site: dict, dataset: Path | None, size: dict | None,
@@ -344,7 +353,7 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
         "fast_root_quota": {"max_files": site["fast_root_max_files"], "max_gb": site["fast_root_max_gb"]},
         "durable_dir": str(run_dir(scratch.path, name) / "checkpoints"),
         "slurm": _slurm_request(run, nodes, nproc, cpus_per_node, mem_gb_per_node, account),
-        "env": job_env(run, nodes, cpus_per_rank),
+        "env": job_env(run, nodes, cpus_per_rank, device, str(run_dir(scratch.path, name))),
         "script": script,
         "config": run,
     }

@@ -10,6 +10,7 @@ import os
 import resource
 import socket
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -41,8 +42,9 @@ def check_cuda_arch() -> None:
         )
 
 
-def setup(device_kind: str) -> Dist:
-    """Join the process group torchrun describes in the environment."""
+def setup(device_kind: str, timeout_s: float | None = None) -> Dist:
+    """Join the process group torchrun describes in the environment; timeout_s: how long a collective
+    may wait (torch's default, 10 min for NCCL and 30 for gloo, where None)."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if device_kind == "cuda":
@@ -54,7 +56,8 @@ def setup(device_kind: str) -> Dist:
     else:
         device = torch.device("cpu")
     backend = dist.get_default_backend_for_device(device)
-    dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+    dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None,
+                            timeout=None if timeout_s is None else timedelta(seconds=timeout_s))
     return Dist(rank, local_rank, world, device)
 
 

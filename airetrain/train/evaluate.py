@@ -13,8 +13,9 @@ EVAL_BATCH = 512
 
 
 @torch.no_grad()
-def evaluate(par, objective, dataset, d: distributed.Dist, precision: str) -> dict:
+def evaluate(par, objective, dataset, d: distributed.Dist, precision: str, on_batch=lambda: None) -> dict:
     """{"loss": mean over the test set, "metrics": {name: sum / count}}; None without a test set.
+    on_batch is called after every forward pass (the hang watchdog's heartbeat).
 
     Each rank scores every world_size-th sample. Every rank runs the same number of forward passes
     (FSDP's all-gathers are collectives): a rank whose share is used up runs an empty batch.
@@ -40,6 +41,7 @@ def evaluate(par, objective, dataset, d: distributed.Dist, precision: str) -> di
                     total = sums.setdefault(name, [0.0, 0.0])
                     total[0] += value
                     total[1] += count
+        on_batch()
     names = _agreed_names(sorted(sums), d)   # every rank reduces the same list
     reduced = distributed.reduce([loss_sum, samples, *(v for n in names for v in sums.get(n, [0.0, 0.0]))])
     par.model.train()

@@ -14,12 +14,13 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from ..records import STOPPED, StopRecord, read_record, record_stop
+from ..records import STOPPED, StopRecord, read_record, record_stop, stops
 
 
 def torchrun_command(plan: dict, script: str, script_args: list[str]) -> list[str]:
@@ -111,7 +112,8 @@ def run(plan: dict, script: str, script_args: list[str], out: str, extra_env: di
     Locally a SIGTERM to this process is passed on to torchrun (which passes it to the workers);
     in a SLURM job, SLURM signals the step itself, so it is not sent twice. after_exit runs once the
     ranks have exited, before a stopped run is requeued (script mode's last checkpoint copy)."""
-    env = {**os.environ, **plan["env"], **(extra_env or {})}
+    launch = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}"   # hangs of one launch are counted together
+    env = {**os.environ, **plan["env"], **(extra_env or {}), "AIRETRAIN_LAUNCH_ID": launch}
     cmd = command(plan, script, script_args, env)
     marker = Path(out) / STOPPED
     marker.unlink(missing_ok=True)
@@ -125,4 +127,14 @@ def run(plan: dict, script: str, script_args: list[str], out: str, extra_env: di
         after_exit()
     if marker.exists():
         return continue_stopped(plan, read_record(marker, StopRecord), env)
+    if code != 0 and (hung := hang_failure(Path(plan["durable_dir"]).parent, launch)):
+        print(f"the run hung a second time in this launch (after step {hung['step']}), so it was not restarted: "
+              f"every rank's stacks are in {hung['dump']}; the first hang's are beside it", flush=True)
     return code
+
+
+def hang_failure(run_dir: Path, launch: str) -> dict | None:
+    """The hang the watchdog ended this launch for (a second one, not restarted), if there was one."""
+    ended = [s for s in stops(run_dir) if s["reason"] == "hang" and s.get("launch") == launch
+             and s["action"] != "restart"]
+    return ended[-1] if ended else None

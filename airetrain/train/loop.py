@@ -23,7 +23,7 @@ from .. import records
 from ..checkpoint.manager import Checkpointer
 from ..checkpoint.policy import Position, SavePolicy
 from ..records import STOPPED, PlanRecord, StageRecord, StopRecord, TrainRecord, read_record, write_record
-from . import distributed, metrics, summary
+from . import distributed, metrics, summary, watchdog
 from .batches import first_batch
 from .curves import Curves
 from .evaluate import evaluate
@@ -63,7 +63,9 @@ def seed_all(seed: int) -> None:
 
 def start_process(plan: dict) -> distributed.Dist:
     """Join the process group; logging (rank 0 at INFO), threads and determinism as the plan says."""
-    d = distributed.setup(plan["device"])
+    # the collectives' timeout outlasts the hang watchdog's, so that the watchdog reports a hang first
+    hang_min = plan["config"]["train"]["hang_timeout_min"]
+    d = distributed.setup(plan["device"], 60 * hang_min + 300 if hang_min else None)
     logging.basicConfig(level=logging.INFO if d.is_main else logging.WARNING, stream=sys.stdout,
                         format=f"[rank {d.rank}] %(message)s")
     torch.set_num_threads(plan["cpus_per_rank"])
@@ -125,6 +127,7 @@ def main(argv=None) -> Trained:
     curves = Curves(out / "tensorboard", step) if d.is_main and cfg["train"]["tensorboard"] else None
     progress = Progress(d, plan, total_steps, out / "metrics.jsonl", curves,
                         lambda: {"lr": optimizer.param_groups[0]["lr"], **gpu.latest()})
+    hang = watchdog.start(d, plan)   # every rank's heartbeat: steps, saves, evaluation batches
     stopped = None
     for epoch in range(position.epoch, epochs):
         batches = data.epoch(epoch, step_in_epoch, accum, per_device)
@@ -134,19 +137,23 @@ def main(argv=None) -> Trained:
             loss, wait_s = train_step(par, objective, batches, optimizer, scaler, scheduler, accum, d.device, precision)
             step += 1
             progress.step_done(step, epoch, loss, wait_s, time.perf_counter() - t0)
+            hang.beat(step)
             # stop early (deadline, SIGTERM) with a durable checkpoint; otherwise save on schedule
             if stopped := stopper.check(d.device):
                 log.warning("stopping (%s) after step %d", stopped, step)   # every rank says it
                 ckpt.save(trainer_state(epoch, step_in_epoch), blocking=True)
+                hang.beat()
                 break
             if policy.due(step, epoch, epoch_end=step_in_epoch == data.steps_per_epoch):
                 ckpt.save(trainer_state(epoch, step_in_epoch))
+                hang.beat()
         step_in_epoch = 0
         if stopped:
             break
     # throughput counts the training steps and the save stalls, not the last write's background tail
     train_s = metrics.now(d.device) - progress.t_start
     saved = ckpt.finish()
+    hang.beat()
     final_wait_s = metrics.now(d.device) - progress.t_start - train_s
     if stopped:
         if d.is_main:
@@ -156,7 +163,7 @@ def main(argv=None) -> Trained:
                      stopped, step, total_steps, saved["path"])
     else:
         gpu_figures = gpu.summary()
-        evaluation = evaluate(par, objective, data.test_set, d, precision)
+        evaluation = evaluate(par, objective, data.test_set, d, precision, hang.beat)
         figures = summary.gathered_figures(d, progress, gpu_figures)
         progress.evaluated(evaluation)
         if d.is_main:
@@ -168,6 +175,7 @@ def main(argv=None) -> Trained:
                      f"{record['eval_loss']:.4f}" if evaluation else "- (no test split)",
                      record["samples_per_s"] or 0, saved["path"])
     progress.close()
+    hang.stop()
     # Every rank is done and every file is written. The process group is not destroyed here:
     # tearing gloo down has deadlocked on the GIL (its worker thread freeing a finished
     # all-gather while the main thread joined it); scripts/train.py ends the process instead.

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SNAKEMAKE, read_json, run, slurm_state, snakemake, unactivated_env, write_config
+from airetrain import records
+from conftest import (REPO, SNAKEMAKE, assert_identical, final_state, read_json, run, slurm_state, snakemake,
+                      unactivated_env, write_config)
+from user_code import write_ownlab
 
 pytestmark = pytest.mark.slurm
 
@@ -51,20 +54,26 @@ def cluster_runs(slurm_cluster, tmp_path_factory):
                      "slurm": {"mail_type": "END,FAIL,REQUEUE", "mail_user": "a.researcher@leeds.ac.uk"}},
             "g3": {**STAND_IN, "gpus": 3, "batch": {"global": 96, "per_device": 32}},
             "g6": {**STAND_IN, "gpus": 6, "batch": {"global": 96, "per_device": 16}},
+            # g6 again, with a model that hangs once on rank 1 in step 7 (its 9th forward pass; tests/user_code.py)
+            "h6": {**STAND_IN, "gpus": 6, "batch": {"global": 96, "per_device": 16},
+                   "model": {"name": "ownlab.lab:hangs_once"}, "train": {**STAND_IN["train"], "hang_timeout_min": 0.1},
+                   "checkpoint": {"every_steps": 3, "stop_margin_min": 0.05}},
         },
     })
+    write_ownlab(work)   # importable from the working directory, as a user's package beside the config
     # node-local inside each node; a fresh subdirectory per session, as Aire's $TMPDIR is per job
-    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
+    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work)),
+           "HANG_MARKER": str(work / "h6-blocked"), "HANG_AT": "9"}
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
     t0 = time.monotonic()
-    proc = slurm_snakemake(work, cfg, env, "--jobs", "3")
-    print(f"SLURM pipeline of 3 runs: {time.monotonic() - t0:.0f} s")
+    proc = slurm_snakemake(work, cfg, env, "--jobs", "4")
+    print(f"SLURM pipeline of 4 runs: {time.monotonic() - t0:.0f} s")
     return work, env, sacct_jobs(env, since), proc
 
 
 def test_one_job_per_run_with_the_planned_resources(cluster_runs):
     work, env, jobs, _ = cluster_runs
-    ids = {run: read_json(work / "results" / run / "train.json")["slurm_job_id"] for run in ("demo", "g3", "g6")}
+    ids = {run: read_json(work / "results" / run / "train.json")["slurm_job_id"] for run in ("demo", "g3", "g6", "h6")}
     assert set(ids.values()) == set(jobs), (ids, jobs)   # exactly one allocation per run, nothing else
     for run_name, job_id in ids.items():
         plan = read_json(work / "results" / run_name / "plan.json")
@@ -179,6 +188,23 @@ def test_sbatch_export_runs_on_the_cluster_like_the_pipeline(cluster_runs, tmp_p
     assert ours["eval_accuracy"] == pipeline["eval_accuracy"]
     assert read_json(tmp_path / "results/demo/checkpoint.json")["verified"]
     assert read_json(tmp_path / "results/demo/run.json")["slurm_job_ids"] == [job_id]
+
+
+def test_a_hang_on_two_nodes_is_dumped_on_both_restarted_and_ends_as_the_run_without_it(cluster_runs):
+    """h6 is g6 with a model that blocks rank 1 once: every rank on both nodes dumps its stacks,
+    torchrun's agents restart the group on both nodes, and it ends with g6's parameters."""
+    work, _, jobs, _ = cluster_runs
+    blocked_at = float((work / "h6-blocked").read_text())
+    (hang,) = [s for s in records.stops(work / "scratch/airetrain/h6") if s["reason"] == "hang"]
+    assert hang["action"] == "restart" and hang["step"] == 6 and hang["ranks_dumped"] == list(range(6))
+    assert hang["slurm_job_id"] in jobs and 6 < hang["time"] - blocked_at < 6 + 60
+    dump = Path(hang["dump"])
+    assert "in block_forever" in (dump / "rank1-stacks.txt").read_text()
+    assert "on labgpu2" in (dump / "rank5-stacks.txt").read_text()   # the other node's ranks dumped too
+    h6 = read_json(work / "results/h6/train.json")
+    assert h6["resumed_from_step"] == 6 and h6["hostnames"] == ["labgpu1", "labgpu2"]
+    assert_identical(final_state(work / "results/h6", work), final_state(work / "results/g6", work))
+    assert read_json(work / "results/h6/run.json")["stops"][0]["reason"] == "hang"
 
 
 def read_json_yaml(path):

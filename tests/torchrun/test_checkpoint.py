@@ -17,24 +17,13 @@ import torch
 from airetrain.checkpoint import store
 from airetrain.checkpoint.store import CheckpointError
 
-from conftest import (BIN, assert_identical, flatten, launch_training, newest_step, prepare_training, read_json, run,
-                      wait_for)
+from conftest import (BIN, assert_identical, final_state, launch_training, newest_step, prepare_training, read_json,
+                      run, wait_for)
 
 # 2 ranks x 2 micro-batches of 16; dropout, so that the random streams matter; a save every 3 steps
 LONG = {"processes": 2, "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
         "train": {"epochs": 20, "log_every_steps": 10}, "checkpoint": {"every_steps": 3, "keep": 3}}
 STEPS = 20 * (1437 // 64)
-
-
-def final_state(out: Path, tmp_path: Path) -> dict:
-    """Model and optimizer of the run's final durable checkpoint (a file, or a DCP directory)."""
-    path = Path(read_json(out / "train.json")["checkpoint"]["path"])
-    if path.is_dir():
-        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-        dcp_to_torch_save(path, tmp_path / "converted.pt")
-        path = tmp_path / "converted.pt"
-    state = torch.load(path, weights_only=True)
-    return flatten({"model": state["model"], "optimizer": state["optimizer"]})
 
 
 def start(cmd, log: Path, env=None) -> subprocess.Popen:

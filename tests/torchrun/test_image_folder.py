@@ -6,7 +6,8 @@ import pytest
 from airetrain.stage.datasets import prepare_digits_images
 from airetrain.stage.pack import pack
 from conftest import assert_identical, launch_training, read_json
-from test_checkpoint import final_state, killed_and_resumed_equals_uninterrupted
+from conftest import final_state
+from test_checkpoint import killed_and_resumed_equals_uninterrupted
 
 ACCURACY = 0.9   # measured: 0.975 after 3 epochs (random crops, no flips)
 
