@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ..records import STOPPED, StopRecord, read_record, record_stop, stops
+from .lock import RunLock
 
 
 def torchrun_command(plan: dict, script: str, script_args: list[str]) -> list[str]:
@@ -116,15 +117,20 @@ def run(plan: dict, script: str, script_args: list[str], out: str, extra_env: di
     env = {**os.environ, **plan["env"], **(extra_env or {}), "AIRETRAIN_LAUNCH_ID": launch}
     cmd = command(plan, script, script_args, env)
     marker = Path(out) / STOPPED
-    marker.unlink(missing_ok=True)
-    print("launch:", shlex.join(cmd), flush=True)
-    child = subprocess.Popen(cmd, env=env)
-    in_slurm = bool(env.get("SLURM_JOB_ID"))
-    signal.signal(signal.SIGTERM, signal.SIG_IGN if in_slurm else lambda *_: child.send_signal(signal.SIGTERM))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal's Ctrl-C reaches torchrun itself
-    code = child.wait()
-    if after_exit:
-        after_exit()
+    lock = RunLock(Path(plan["durable_dir"]).parent, env.get("SLURM_JOB_ID"))
+    lock.acquire()   # one trainer per run: another live job or process training it is waited for
+    try:
+        marker.unlink(missing_ok=True)
+        print("launch:", shlex.join(cmd), flush=True)
+        child = subprocess.Popen(cmd, env=env)
+        in_slurm = bool(env.get("SLURM_JOB_ID"))
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if in_slurm else lambda *_: child.send_signal(signal.SIGTERM))
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal's Ctrl-C reaches torchrun itself
+        code = child.wait()
+        if after_exit:
+            after_exit()
+    finally:
+        lock.release()
     if marker.exists():
         return continue_stopped(plan, read_record(marker, StopRecord), env)
     if code != 0 and (hung := hang_failure(Path(plan["durable_dir"]).parent, launch)):
