@@ -7,7 +7,7 @@ PINS   := envs/requirements.txt
 PIP_EXTRA ?=
 CORES  ?= 2
 
-.PHONY: demo test install lint lock clean slurm-up slurm-down bench
+.PHONY: demo test install browser lint lock clean slurm-up slurm-down bench
 
 $(VENV)/.installed: pyproject.toml $(PINS)
 	python3 -m venv $(VENV)
@@ -26,8 +26,15 @@ demo: install
 
 # The whole suite, the local SLURM cluster included (tests/slurm/up.sh needs root; without it
 # the SLURM tests are skipped with the reason).
-test: install
+test: install browser
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -v -rs --durations=15
+
+# The report page is checked in Debian's headless chromium: installed here as root when missing
+# (without it, and outside CI, those tests are skipped with the reason).
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
+	  >/dev/null; } || echo "chromium is not installed: the report page's browser tests will be skipped"
 
 lint: install
 	$(VENV)/bin/snakemake --lint

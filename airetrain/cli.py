@@ -141,8 +141,8 @@ def _status(args) -> None:
 
 
 def _report(args) -> None:
-    from .report.render import to_markdown, write
-    from .report.table import jobs_table, table
+    from .report.render import markdown, to_markdown, write
+    from .report.table import frame, jobs_rows, table
 
     if args.jobs or args.since:
         if args.runs:
@@ -151,8 +151,11 @@ def _report(args) -> None:
         for job in jobs:
             if not job.replace("_", "").replace(".", "").isdigit():
                 raise ConfigError(f"--jobs: {job!r} is not a SLURM job id (digits, or 123_4 for an array task)")
-        df = jobs_table(jobs, args.since)
-        results = None
+        rows, columns = jobs_rows(jobs, args.since)
+        if not args.out:   # printed only: no pandas to import
+            print(markdown(rows, columns).split("\n\nColumns")[0])
+            return
+        df, results = frame(rows, columns), None
     elif args.runs:
         df = table(args.results, args.runs)
         results = args.results

@@ -25,6 +25,10 @@ def _num(row: dict, key: str):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
+def _cores(n: int) -> str:
+    return f"{n} core" if n == 1 else f"{n} cores"
+
+
 def advise(row: dict) -> list[str]:
     tips = []
     state = row.get("job_state") or ""
@@ -41,12 +45,12 @@ def advise(row: dict) -> list[str]:
     if cpu_eff is not None and cpus and cpu_eff < LOW and finished:
         used = max(1, math.ceil(round(cpu_eff * cpus / 0.8, 6)))   # busy cores at 80 % load
         if wait is not None and wait > 0.1:
-            tips.append(f"CPU efficiency {cpu_eff:.0%} of {cpus} cores, yet {wait:.0%} of step time waits for "
+            tips.append(f"CPU efficiency {cpu_eff:.0%} of {_cores(cpus)}, yet {wait:.0%} of step time waits for "
                         f"data: raise data.workers so the cores you have feed the GPUs")
         else:
             per_rank = max(1, math.ceil(used / ranks))
-            tips.append(f"CPU efficiency {cpu_eff:.0%} of {cpus} cores (about {cpu_eff * cpus:.1f} busy): "
-                        f"ask for {used} {'core' if used == 1 else 'cores'} (--cpus-per-task={used} on one node; "
+            tips.append(f"CPU efficiency {cpu_eff:.0%} of {_cores(cpus)} (about {cpu_eff * cpus:.1f} busy): "
+                        f"ask for {_cores(used)} (--cpus-per-task={used} on one node; "
                         f"cpus_per_rank: {per_rank})")
     if mem_eff is not None and mem_eff < LOW and finished:
         used = row["mem_used_mb"]

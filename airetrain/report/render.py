@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
+from ..units import format_duration, human_mb
 from .table import COLUMNS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SHOWN = ["run", "state", "job_id", "job_state", "elapsed_s", "time_eff", "cpu_eff", "mem_eff", "gpu_hours",
          "gpu_util", "samples_per_s", "data_wait_frac", "stage_s", "stage_frac", "eval_loss", "eval_accuracy",
@@ -20,14 +24,19 @@ SHOWN = ["run", "state", "job_id", "job_state", "elapsed_s", "time_eff", "cpu_ef
 
 
 def to_markdown(df: pd.DataFrame) -> str:
+    return markdown(df.to_dict("records"), list(df.columns))
+
+
+def markdown(rows: list[dict], columns: list[str]) -> str:
+    """The key columns that have a value in some row, the advice, and what each column means."""
     at = SHOWN.index("eval_<metric>")
-    metrics = [c for c in df.columns if c.startswith("eval_") and c not in SHOWN]
-    shown_cols = [c for c in SHOWN[:at] + metrics + SHOWN[at + 1:] if c in df.columns and df[c].notna().any()]
-    shown = df[shown_cols].astype(object).where(df[shown_cols].notna(), "")
+    metrics = [c for c in columns if c.startswith("eval_") and c not in SHOWN]
+    shown_cols = [c for c in SHOWN[:at] + metrics + SHOWN[at + 1:]
+                  if c in columns and any(_fmt(row.get(c)) for row in rows)]
     header = "| " + " | ".join(shown_cols) + " |"
     rule = "| " + " | ".join("---" for _ in shown_cols) + " |"
-    body = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in shown.itertuples(index=False)]
-    advice = [f"- **{r['run']}**: {r['advice']}" for _, r in df.iterrows() if r.get("advice")]
+    body = ["| " + " | ".join(_fmt(row.get(c)) for c in shown_cols) + " |" for row in rows]
+    advice = [f"- **{row['run']}**: {row['advice']}" for row in rows if row.get("advice")]
     parts = [header, rule, *body]
     if advice:
         parts += ["", "Advice:", *advice]
@@ -36,6 +45,8 @@ def to_markdown(df: pd.DataFrame) -> str:
 
 
 def _fmt(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
@@ -67,6 +78,73 @@ def _curves_links(df: pd.DataFrame, out_dir: Path, results: str | Path | None) -
             f"<ul>{links}</ul>")
 
 
+# The page's main table: the columns a person reads first, each with its header and format; the
+# rest are behind "All columns". Efficiencies are percentages, coloured as reportseff colours them.
+KEY_COLUMNS = {"run": "run", "state": "state", "job_id": "job", "job_state": "SLURM state", "elapsed_s": "elapsed",
+               "time_eff": "time eff", "cpus": "cores", "cpu_eff": "CPU eff", "mem_used_mb": "memory used",
+               "mem_eff": "mem eff", "gpus": "GPUs", "gpu_util": "GPU busy", "gpu_hours": "GPU-hours",
+               "samples_per_s": "samples/s", "data_wait_frac": "data wait", "hangs": "hangs",
+               "eval_loss": "eval loss", "eval_accuracy": "accuracy"}
+GOOD, LOW = 0.7, 0.3   # a share of a request used: at least GOOD is green, under LOW red, amber between
+
+
+def cell_text(column: str, value) -> str:
+    """A value as a person reads it: percentages, H:MM:SS, GB or MB, thousands separated."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if column.endswith(("_eff", "_frac")) or column in ("gpu_util", "mfu", "eval_accuracy"):
+            return f"{100 * value:.1f} %"
+        if column.endswith("_mb"):
+            return human_mb(value)
+        if column in ("elapsed_s", "timelimit_s", "stage_s"):
+            return format_duration(value)
+        if column == "gpu_hours":
+            return f"{value:.2f}"
+        if float(value).is_integer() and abs(value) < 1e15:
+            return f"{int(value):,}"
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4g}"
+    return str(value)
+
+
+def cell_class(column: str, value) -> str:
+    """good, fair or poor for an efficiency; '' for the other columns."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+        return ""
+    if column == "time_eff":   # close to the limit is the risk: the job may be cut off
+        return "poor" if value > 0.9 else "fair" if value < LOW else "good"
+    if column == "data_wait_frac":
+        return "poor" if value > 0.3 else "fair" if value > 0.1 else "good"
+    if column in ("cpu_eff", "mem_eff", "gpu_util"):
+        return "good" if value >= GOOD else "poor" if value < LOW else "fair"
+    return ""
+
+
+def html_table(df: pd.DataFrame, columns: list[str], headers: dict[str, str], css: str) -> str:
+    head = "".join(f'<th title="{html.escape(COLUMNS.get(c, c))}">{html.escape(headers.get(c, c))}</th>'
+                   for c in columns)
+    rows = []
+    for _, row in df.iterrows():
+        cells = []
+        for c in columns:
+            value = row.get(c)
+            klass = cell_class(c, value)
+            cells.append(f'<td{f" class={klass!r}" if klass else ""}>{html.escape(cell_text(c, value))}</td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1400px;color:#222}
+table{border-collapse:collapse;font-size:13px;margin-bottom:1em}
+td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}
+th{background:#f3f3f3;font-weight:600}
+td:first-child,th:first-child{text-align:left;overflow-wrap:anywhere;max-width:14em}
+.good{background:#d9f2d9} .fair{background:#fff2cc} .poor{background:#f8d0d0}
+.wide{overflow-x:auto;max-width:100%} details{margin:0.5em 0 1.5em} summary{cursor:pointer;font-weight:600}
+figure{display:inline-block;margin:0 1em 1em 0} img{max-width:100%}
+.legend span{padding:1px 6px;margin-right:0.5em;font-size:12px}"""
+
+
 def write_html(df: pd.DataFrame, out_dir: Path, results: str | Path | None) -> dict[str, Path]:
     from .plots import figures   # matplotlib: only when a page is written, not for every table
 
@@ -75,17 +153,21 @@ def write_html(df: pd.DataFrame, out_dir: Path, results: str | Path | None) -> d
     for name, data in images.items():
         paths[f"{name}_png"] = out_dir / f"{name}.png"
         paths[f"{name}_png"].write_bytes(data)
-    shown = df.drop(columns=["advice"]).dropna(axis=1, how="all")
+    present = [c for c in df.columns if df[c].notna().any() and c not in ("advice", "memory_estimate")]
+    key = [c for c in KEY_COLUMNS if c in present]
     advice = "".join(f"<li><b>{html.escape(str(r['run']))}</b>: {html.escape(r['advice'])}</li>"
                      for _, r in df.iterrows() if r.get("advice"))
     inline = "".join(f'<figure><img alt="{name}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
                      f"</figure>" for name, data in images.items())
     page = f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>airetrain efficiency report</title>
-<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse;font-size:12px}}
-td,th{{border:1px solid #ccc;padding:2px 6px}} figure{{display:inline-block;margin:0 1em 1em 0}}</style>
+<html lang="en"><head><meta charset="utf-8"><title>airetrain efficiency report</title>
+<style>{STYLE}</style>
 </head><body><h1>Efficiency report</h1>
-{shown.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}")}
+<p class="legend">Used of what was asked for: <span class="good">70 % or more</span><span class="fair">30 to 70 %
+</span><span class="poor">under 30 %</span> (time: over 90 % of the limit is red). Hover a header for its meaning.</p>
+{html_table(df, key, KEY_COLUMNS, "key")}
+<details><summary>All columns (as in efficiency.csv, in human units)</summary>
+<div class="wide">{html_table(df, present, {}, "all")}</div></details>
 <h2>Advice</h2><ul>{advice or "<li>nothing to change</li>"}</ul>
 <h2>Plots</h2>{inline}
 {_curves_links(df, out_dir, results)}

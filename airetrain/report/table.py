@@ -11,13 +11,15 @@ Sources, per run directory results/<run>/:
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..fsutil import read_json
-from ..records import STOPPED
+from ..records import STOPPED, stops
 from . import sacct
 from .advice import advise
+
+if TYPE_CHECKING:   # pandas costs a fifth of a second to import: not for the printed table of jobs_rows
+    import pandas as pd
 
 STEPS = ("stage", "train", "promote")
 COLUMNS = {
@@ -40,6 +42,7 @@ COLUMNS = {
     "gpu_util": "GPU utilisation: the trainer's NVML mean, else SLURM's gres/gpuutil peak (0-1)",
     "gpu_mem_peak_mb": "GPU memory peak: the trainer's NVML figure, else SLURM's gres/gpumem, MB",
     "world_size": "training ranks",
+    "device": "cuda or cpu: what the ranks trained on",
     "strategy": "ddp or fsdp",
     "samples_per_s": "training throughput over all ranks",
     "mfu": "model FLOPs utilisation against the GPU's bf16 peak (0-1; GPU only)",
@@ -52,7 +55,8 @@ COLUMNS = {
     "eval_accuracy": "accuracy on the held-out split (classification and segmentation)",
     "eval_<metric>": "each further metric on the held-out split: dice for segmentation, or train.metrics' own",
     "requeues": "times SLURM requeued the job",
-    "seff_check": "where seff is installed: 'agrees' (within 0.1 point) or what differs",
+    "hangs": "hangs the watchdog caught (each one's stacks: <scratch>/airetrain/<run>/hangs/)",
+    "seff_check": "where seff is installed, for the first 10 jobs: 'agrees' (within 0.1 point) or what differs",
     "source": "where elapsed, cpu_eff and memory come from: sacct, or benchmark (Snakemake's, local runs)",
     "advice": "what to ask for next time, with the numbers behind it",
 }
@@ -61,6 +65,7 @@ ACCOUNTING = ("job_state", "status", "elapsed_s", "timelimit_s", "time_eff", "cp
 
 
 def _benchmarks(run_dir: Path) -> pd.DataFrame | None:
+    import pandas as pd
     frames = [pd.read_csv(p, sep="\t").assign(step=p.stem)
               for step in STEPS if (p := run_dir / "benchmarks" / f"{step}.tsv").exists()]
     return pd.concat(frames, ignore_index=True) if frames else None
@@ -122,9 +127,11 @@ def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
     elif bench is not None:
         row.update(benchmark_row(bench, plan))
     row.update(_stage_figures(run_dir, row.get("elapsed_s")))
+    if plan.get("durable_dir"):
+        row["hangs"] = sum(s["reason"] == "hang" for s in stops(Path(plan["durable_dir"]).parent))
     if train:
         for key in ("samples_per_s", "mfu", "data_wait_frac", "eval_loss", "eval_accuracy", "world_size",
-                    "strategy"):
+                    "device", "strategy"):
             row[key] = train.get(key)
         for name, value in (train.get("eval_metrics") or {}).items():
             row.setdefault(f"eval_{name}", value)
@@ -138,7 +145,8 @@ def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
     return row
 
 
-def _finish(rows: list[dict], checks: dict[str, str]) -> pd.DataFrame:
+def _finished(rows: list[dict], checks: dict[str, str]) -> tuple[list[dict], list[str]]:
+    """The rows with their advice and seff's check, and the table's columns in order."""
     for row in rows:
         row["advice"] = "; ".join(advise(row))
         if checks and row.get("job_id") in checks:
@@ -146,7 +154,17 @@ def _finish(rows: list[dict], checks: dict[str, str]) -> pd.DataFrame:
     columns = list(COLUMNS)
     metrics = sorted({k for row in rows for k in row if k.startswith("eval_") and k not in COLUMNS})
     at = columns.index("eval_<metric>")
-    return pd.DataFrame(rows).reindex(columns=columns[:at] + metrics + columns[at + 1:])
+    return rows, columns[:at] + metrics + columns[at + 1:]
+
+
+def frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
+    """The rows as the collection: a DataFrame with the columns in order (absent values NaN)."""
+    import pandas as pd
+    return pd.DataFrame(rows).reindex(columns=columns)
+
+
+def _finish(rows: list[dict], checks: dict[str, str]) -> pd.DataFrame:
+    return frame(*_finished(rows, checks))
 
 
 def table(results: str | Path, runs: list[str]) -> pd.DataFrame:
@@ -159,10 +177,17 @@ def table(results: str | Path, runs: list[str]) -> pd.DataFrame:
                    if accounting else {})
 
 
-def jobs_table(job_ids: list[str] | None = None, since: str | None = None, text: str | None = None) -> pd.DataFrame:
-    """Any SLURM jobs (by id, or started since a date), from one sacct call (or its captured text)."""
+def jobs_rows(job_ids: list[str] | None = None, since: str | None = None,
+              text: str | None = None) -> tuple[list[dict], list[str]]:
+    """Any SLURM jobs (by id, or started since a date), from one sacct call (or its captured text):
+    the rows and the columns, without pandas (what `airetrain report --jobs` prints)."""
     jobs = sacct.parse(text, job_ids) if text is not None else sacct.query(job_ids, since)
     if jobs is None:
         raise RuntimeError("sacct is not available here (or it failed): this needs SLURM accounting")
     rows = [{"run": job.name or job.job_id, **job_row(job)} for job in jobs.values()]
-    return _finish(rows, sacct.seff_check(jobs) if text is None else {})
+    return _finished(rows, sacct.seff_check(jobs) if text is None else {})
+
+
+def jobs_table(job_ids: list[str] | None = None, since: str | None = None, text: str | None = None) -> pd.DataFrame:
+    """jobs_rows as a DataFrame (for the CSV, the page and the plots)."""
+    return frame(*jobs_rows(job_ids, since, text))

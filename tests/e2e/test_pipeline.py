@@ -1,5 +1,6 @@
 """The whole demo pipeline with `snakemake --cores 2` in a temporary directory: every output checked."""
 import csv
+import re
 import sys
 
 import pytest
@@ -79,6 +80,22 @@ def test_efficiency_table_has_one_row_per_run(demo):
     assert html.count("data:image/png;base64,") == 3 and "digits-ddp" in html
     assert 'href="../digits-ddp/tensorboard/"' in html and "tensorboard --logdir results" in html
     assert list((work / "results/digits-ddp/tensorboard").glob("events.out.tfevents.*"))   # on by default
+
+
+def test_the_report_page_reads_in_a_browser_at_1280_px(demo, tmp_path):
+    """In headless Chromium: the main table fits 1280 px, every plot loads, and a screenshot is taken."""
+    from browser import measure, screenshot
+
+    work, _ = demo
+    page = work / "results/report/efficiency.html"
+    seen = measure(page, tmp_path)
+    assert seen["rows"] == 1 and seen["table_right"] <= 1280 and seen["page_width"] <= 1280, seen
+    assert seen["images"] == seen["loaded"] == 3, seen
+    shot = screenshot(page, tmp_path / "report.png")
+    assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 50_000
+    text = page.read_text()   # human units and percentages, not raw fractions
+    assert re.search(r">\d+\.\d %</td>", text) and re.search(r">\d{2}:\d{2}:\d{2}</td>", text)
+    assert re.search(r">\d+ MB</td>|>\d+\.\d\d GB</td>", text) and "<details>" in text
 
 
 def test_snakemake_report_includes_the_figures(demo, tmp_path):
