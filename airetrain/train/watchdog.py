@@ -110,20 +110,26 @@ class Watchdog:
     def _respond(self, name: str) -> None:
         """Dump this rank's stacks (and NCCL's record), agree on restart or failure, exit."""
         folder = self.run_dir / HANGS / name
-        folder.mkdir(parents=True, exist_ok=True)
-        stacks = folder / f"rank{self.rank}-stacks.txt"
-        with open(stacks, "w") as f:
-            f.write(f"rank {self.rank} of {self.world_size} on {socket.gethostname()}, pid {os.getpid()}: "
-                    f"last finished step {self.step}; no rank advanced for {self.timeout_s:.0f} s\n\n")
-            f.flush()
-            faulthandler.dump_traceback(f, all_threads=True)
-        if dist.is_initialized() and dist.get_backend() == "nccl":
-            self._dump_nccl(folder)
-        self.store.set(f"dumped/{self.rank}", "1")
-        if self.rank == 0:
-            self.store.set("action", self._record(folder))
-        self.store.wait(["action"], timedelta(seconds=2 * DUMP_WAIT_S))
-        action = self.store.get("action").decode()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / f"rank{self.rank}-stacks.txt", "w") as f:
+                f.write(f"rank {self.rank} of {self.world_size} on {socket.gethostname()}, pid {os.getpid()}: "
+                        f"last finished step {self.step}; no rank advanced for {self.timeout_s:.0f} s\n\n")
+                f.flush()
+                faulthandler.dump_traceback(f, all_threads=True)
+            if dist.is_initialized() and dist.get_backend() == "nccl":
+                self._dump_nccl(folder)
+        except OSError as e:   # no dump (a full disk): the group is still stuck, so restart it anyway
+            log.error("rank %d: could not write the hang's stacks to %s: %s", self.rank, folder, e)
+        try:
+            self.store.set(f"dumped/{self.rank}", "1")
+            if self.rank == 0:
+                self.store.set("action", self._record(folder))
+            self.store.wait(["action"], timedelta(seconds=2 * DUMP_WAIT_S))
+            action = self.store.get("action").decode()
+        except Exception as e:   # rank 0 could not decide: exit all the same, and let torchrun restart
+            log.error("rank %d: no decision from rank 0 about the hang (%s)", self.rank, e)
+            action = "restart"
         if action == "fail":
             log.error("rank %d: the run hung again in this launch: not restarting; stacks in %s", self.rank,
                       folder)

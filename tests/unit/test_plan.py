@@ -126,6 +126,18 @@ def test_cli_prints_a_table_and_refuses_with_exit_2(tmp_path):
     assert proc.returncode == 2 and "runs.x.gpus = 4 is impossible" in proc.stderr
 
 
+def test_the_hang_watchdogs_timeout_is_checked_against_the_stop_margin_and_the_job():
+    with pytest.raises(ConfigError, match=r"train.hang_timeout_min = 5 is not above checkpoint.stop_margin_min = 5"):
+        plan({"train": {"hang_timeout_min": 5}})
+    short = plan({"time_min": {"stage": 1, "train": 10, "promote": 1}})   # the default 15 min, a 12-min job
+    assert any("hang_timeout_min = 15 is not shorter than the job (12 min)" in w for w in short["warnings"])
+    off = plan({"time_min": {"stage": 1, "train": 10, "promote": 1}, "train": {"hang_timeout_min": 0}})
+    assert not any("hang_timeout_min" in w for w in off["warnings"])
+    gpu = plan({"gpus": 3, "batch": {"global": 96}})
+    assert gpu["env"]["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000" and gpu["env"]["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert gpu["env"]["TORCH_FR_DUMP_TEMP_FILE"].endswith("/airetrain/r/hangs/nccl-timeout/rank_")
+
+
 def test_a_stop_margin_that_leaves_no_training_time_is_refused():
     with pytest.raises(ConfigError, match="stop_margin_min = 30 leaves no time to train in a job of 30 min"):
         plan({"time_min": {"stage": 5, "train": 20, "promote": 5}, "checkpoint": {"stop_margin_min": 30}})
