@@ -11,12 +11,10 @@ session of the run (each SLURM job id, requeues included), which the trainer app
 """
 import hashlib
 import json
-import platform
 import subprocess
 import sys
 import time
 import typing
-from importlib import metadata
 from pathlib import Path
 from typing import Annotated as Doc, NotRequired, Optional, TypedDict
 
@@ -266,6 +264,9 @@ def config_hash(config: dict) -> str:
 
 
 def versions() -> dict:
+    import platform
+    from importlib import metadata   # here, not at import: the report and status import this module
+
     import torch
 
     def dist_version(name: str):

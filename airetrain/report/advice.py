@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 from ..hardware import GPUS
-from ..stage.quota import pack_command
 from ..units import format_duration
 
 LOW = 0.5             # below this share of a request, ask for less
@@ -77,6 +76,7 @@ def advise(row: dict) -> list[str]:
                     "strategy: ddp avoids the all-gathers")
     stage_frac = _num(row, "stage_frac")
     if stage_frac is not None and stage_frac > STAGE_SLOW and row.get("stage_format") == "folder":
+        from ..stage.quota import pack_command
         tips.append(f"staging {row['stage_files']:,} files took {row['stage_s']:.0f} s, {stage_frac:.0%} of the job: "
                     f"pack this dataset into shards and stage those: {pack_command(row['stage_source'])}")
     if wait is not None and wait > DATA_BOUND:

@@ -184,8 +184,9 @@ def parse(text: str, wanted: list[str] | None = None) -> dict[str, Job]:
             # for a moment after the start slurmdbd shows the job PENDING (as "allocation", with no
             # limits) while its batch step already runs: seen on the test cluster
             job.state, job.late_start_record = "RUNNING", True
+    known = set(jobs) | {j.partition("_")[0] for j in jobs}   # an array's id stands for its tasks
     for wanted_id in wanted or []:
-        if not any(j == wanted_id or j.startswith(f"{wanted_id}_") for j in jobs):
+        if wanted_id not in known:
             jobs[wanted_id] = Job(wanted_id)
     return jobs
 
