@@ -6,7 +6,12 @@ the same folding code, so the difference is the calls. Without SLURM, or with --
 the folding of a synthetic sacct table of 500 jobs (one parse of the whole text) against parsing it
 job by job, as a per-job tool would.
 
-    python benchmarks/report.py [--jobs 50] [--synthetic 500]
+With --peer N it submits N finished jobs (arrays included) and times the whole command, start-up
+and sacct included, of `airetrain report --jobs` against the peer tool, reportseff 2.10.3, over the
+same jobs, and compares their CPU efficiencies. reportseff lives in the benchmark's own venv
+(benchmarks/.peers/, made on first use from PyPI), not among the project's dependencies.
+
+    python benchmarks/report.py [--jobs 50] [--synthetic 500] [--peer 1995]
 """
 from __future__ import annotations
 
@@ -85,11 +90,71 @@ def synthetic(n: int) -> None:
           "live, each per-job call also costs a sacct process and a database query)")
 
 
+PEER = "reportseff==2.10.3"
+PEER_VENV = Path(__file__).resolve().parent / ".peers" / "reportseff-2.10.3"
+
+
+def reportseff() -> str:
+    exe = PEER_VENV / "bin" / "reportseff"
+    if not exe.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+        subprocess.run([str(PEER_VENV / "bin" / "pip"), "install", "-q", PEER], check=True)
+    return str(exe)
+
+
+def submit_mix(n: int) -> list[str]:
+    """n finished jobs: arrays of 100 tasks for most, single jobs for the rest (ids to ask for)."""
+    arrays, singles = divmod(n, 100)
+    # a fraction of a second of CPU each: short jobs, whose CPU efficiency tools compute differently
+    common = ["-c", "1", "--mem=100M", "-t", "2", "--output=/dev/null",
+              "--wrap=i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"]
+    ids = []
+    for i in range(arrays):
+        ids.append(subprocess.run(["sbatch", "--parsable", "-p", "standard,gpu", f"--job-name=arr{i}",
+                                   "--array=1-100", *common], capture_output=True, text=True,
+                                  check=True).stdout.strip().split(";")[0])
+    for i in range(singles):
+        ids.append(subprocess.run(["sbatch", "--parsable", "-p", "standard,gpu", f"--job-name=one{i}", *common],
+                                  capture_output=True, text=True, check=True).stdout.strip().split(";")[0])
+    deadline = time.monotonic() + 1800
+    while subprocess.run(["squeue", "-h", "-j", ",".join(ids)], capture_output=True, text=True).stdout.strip():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the benchmark's jobs did not finish in 30 minutes")
+        time.sleep(2)
+    time.sleep(5)   # slurmdbd records the last ends
+    return ids
+
+
+def peer(n: int) -> None:
+    ids = submit_mix(n)
+    airetrain = [str(Path(sys.executable).parent / "airetrain"), "report", "--jobs", ",".join(ids)]
+    theirs = [reportseff(), "--no-color", "--parsable", "--format", "JobID,State,CPUEff,MemEff,TimeEff", *ids]
+    t_ours, ours = timed(lambda: subprocess.run(airetrain, capture_output=True, text=True, check=True).stdout)
+    t_peer, peer_out = timed(lambda: subprocess.run(theirs, capture_output=True, text=True, check=True).stdout)
+    rows_ours = [line for line in ours.splitlines()
+                 if line.startswith("| ") and not line.startswith(("| run", "| ---"))]
+    peer_rows = [line.split("|") for line in peer_out.splitlines()[1:] if line.strip()]
+    ours_cpu = {j.job_id: j.cpu_eff for j in sacct.query(ids).values()}
+    differ = [(r[0], r[2], ours_cpu.get(r[0])) for r in peer_rows
+              if r[2] not in ("", "---") and ours_cpu.get(r[0]) is not None
+              and abs(float(r[2].rstrip("%")) - 100 * ours_cpu[r[0]]) > 1.0]
+    print(f"{len(rows_ours)} finished jobs (arrays included), the whole command each (best of 3):")
+    print(f"  airetrain report --jobs: {t_ours:6.2f} s")
+    print(f"  reportseff 2.10.3:       {t_peer:6.2f} s ({len(peer_rows)} rows)")
+    print(f"  ratio:                   {t_peer / t_ours:6.2f}x (goal >= 1: at least as fast as reportseff)")
+    print(f"  CPU efficiency differs by more than 1 point on {len(differ)} jobs; e.g. "
+          + ", ".join(f"{j}: reportseff {r} vs seff's formula {100 * o:.1f}%" for j, r, o in differ[:3]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=50, help="live jobs to submit (needs SLURM)")
     ap.add_argument("--synthetic", type=int, default=500)
+    ap.add_argument("--peer", type=int, default=0, help="jobs to submit for the side-by-side with reportseff")
     args = ap.parse_args()
+    if args.peer:
+        peer(args.peer)
+        return
     if shutil.which("sbatch") and args.jobs:
         live(args.jobs)
     else:
