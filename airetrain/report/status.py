@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from ..fsutil import read_json
-from ..records import SESSIONS, STOPPED
+from ..records import SESSIONS, STOPPED, stops
+from ..train.lock import LOCK
 from . import sacct
 
 SQUEUE_FORMAT = "%i|%T|%r|%S|%k"
@@ -127,7 +128,10 @@ def run_status(name: str, results: Path, logs: Path, queued: dict | None, accoun
         row["job_id"] = queued["job_id"]
         started = _epoch(queued["start"])
         since = (started or 0) - 5   # this job's own files, not an earlier job's
-        if progress and "step" in progress and progress.get("time", 0) >= since:
+        holder = _lock_holder(plan)
+        if holder and holder != str(queued["job_id"]):   # the run's lock: another job trains it
+            row.update(state="waiting", detail=f"for SLURM job {holder}, which trains this run (its lock)")
+        elif progress and "step" in progress and progress.get("time", 0) >= since:
             _training(row, progress)
         elif (out / "stage.json").exists() and (out / "stage.json").stat().st_mtime >= since:
             row.update(state="training", detail="starting: staged, torchrun is starting")
@@ -153,7 +157,21 @@ def run_status(name: str, results: Path, logs: Path, queued: dict | None, accoun
             row.update(state="trained", detail="not promoted yet")
     if row.get("requeues"):
         row["detail"] = (row["detail"] + f" [requeued {row['requeues']}x]").strip()
+    hangs = sum(s["reason"] == "hang" for s in stops(Path(plan["durable_dir"]).parent)) if plan else 0
+    if hangs:
+        row["hangs"] = hangs
+        row["detail"] = (row["detail"] + f" [{hangs} hang{'s' if hangs > 1 else ''}: see hangs/]").strip()
     return row
+
+
+def _lock_holder(plan: dict | None) -> str | None:
+    """The SLURM job that holds the run's trainer lock, if a job does."""
+    if not plan:
+        return None
+    try:
+        return json.loads((Path(plan["durable_dir"]).parent / LOCK).read_text()).get("slurm_job_id")
+    except (OSError, ValueError):
+        return None
 
 
 def _training(row: dict, progress: dict) -> None:

@@ -47,3 +47,18 @@ def test_squeue_lines_are_matched_to_runs_by_the_executors_comment():
     assert parse_squeue(text, ["demo", "g6", "demo_y"]) == {
         "demo": {"job_id": "101", "state": "RUNNING", "reason": "None", "start": "2026-12-01T10:00:00"},
         "g6": {"job_id": "102", "state": "PENDING", "reason": "Resources", "start": "2026-12-01T11:30:00"}}
+
+
+def test_a_job_waiting_for_the_runs_lock_and_a_run_that_hung_say_so(tmp_path):
+    results, logs = tmp_path / "results", tmp_path / "logs"
+    run_dir = tmp_path / "scratch/airetrain/x"
+    write(results / "x" / "plan.json", {"durable_dir": str(run_dir / "checkpoints")})
+    write(run_dir / "trainer.lock", {"slurm_job_id": "812", "host": "n1", "pid": 7, "since": 0})
+    write(run_dir / "stops.jsonl", '{"reason": "hang", "step": 6, "action": "restart"}\n'
+                                   '{"reason": "deadline", "step": 9, "action": "requeued"}\n')
+    running = {"job_id": "815", "state": "RUNNING", "reason": "None", "start": "2026-12-01T10:00:00"}
+    row = run_status("x", results, logs, running, {})
+    assert row["state"] == "waiting" and row["hangs"] == 1
+    assert row["detail"] == "for SLURM job 812, which trains this run (its lock) [1 hang: see hangs/]"
+    write(run_dir / "trainer.lock", {"slurm_job_id": "815", "host": "n1", "pid": 7, "since": 0})   # its own
+    assert run_status("x", results, logs, running, {})["state"] == "staging"
