@@ -120,6 +120,19 @@ def _promote(args) -> None:
     print(f"promoted {result['path']} ({result['size']} bytes, sha256 {result['sha256'][:12]}…): {result['mode']}")
 
 
+def _history(args) -> None:
+    import json
+
+    from .report.history import everything, format_history
+
+    plans = _load_plans(args.configfile)
+    roots = sorted({Path(plan["roots"]["scratch"]) for plan in plans.values()})
+    lines = [line for root in roots for line in everything(root)]
+    if args.run:
+        lines = [line for line in lines if line["run"] in args.run]
+    print(json.dumps(lines, indent=1) if args.json else format_history(lines))
+
+
 def _status(args) -> None:
     import json
     import time
@@ -159,6 +172,11 @@ def _report(args) -> None:
     elif args.runs:
         df = table(args.results, args.runs)
         results = args.results
+        if args.out:   # the pipeline's report: the finished runs join their durable history
+            from .report.history import record
+            added = record(Path(args.results), df.to_dict("records"))
+            print(f"history: {len(added)} new line{'s' if len(added) != 1 else ''} "
+                  f"({', '.join(line['run'] for line in added) or 'every run was recorded already'})")
     else:
         raise ConfigError("name the runs (results/<run>), or give --jobs ID,ID or --since DATE")
     print(to_markdown(df).split("\n\nColumns")[0])
@@ -239,6 +257,12 @@ def main(argv=None) -> None:
     p.add_argument("--json", action="store_true", help="the same rows as JSON, for scripts")
     p.add_argument("--watch", type=float, metavar="SECONDS", help="redraw every SECONDS until Ctrl-C")
     p.set_defaults(func=_status)
+
+    p = sub.add_parser("history", help="every finished run's profile and what it measured, one line per run and job")
+    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"], help="where the durable root is")
+    p.add_argument("--json", action="store_true", help="every line as JSON, its profile and figures in full")
+    p.add_argument("run", nargs="*", help="only these runs")
+    p.set_defaults(func=_history)
 
     p = sub.add_parser("report", help="efficiency table of runs, or of any SLURM jobs (--jobs, --since)")
     p.add_argument("--results", default="results")

@@ -98,6 +98,23 @@ def test_the_report_page_reads_in_a_browser_at_1280_px(demo, tmp_path):
     assert re.search(r">\d+ MB</td>|>\d+\.\d\d GB</td>", text) and "<details>" in text
 
 
+def test_the_finished_run_joins_its_durable_history(demo):
+    """The report rule wrote the run's profile and measurements under the durable root (the working
+    directory's .airetrain/scratch here: no $SCRATCH); `airetrain history` lists them."""
+    import json
+    work, _ = demo
+    env = unactivated_env(work)
+    history = [BIN / "airetrain", "history", "--configfile", str(REPO / "config/config.yaml")]
+    (line,) = json.loads(run([*map(str, history), "--json"], cwd=work, env=env, exact_env=True).stdout)
+    assert (work / ".airetrain/scratch/airetrain/digits-ddp/history.jsonl").is_file()
+    assert line["run"] == "digits-ddp" and line["job_id"] is None and line["profile"]["world_size"] == 2
+    measured = line["measured"]
+    assert measured["source"] == "benchmark" and measured["seconds_per_step"] > 0 and measured["steps"] == 220
+    assert measured["mem_peak_mb_per_node"] > 100 and measured["promote_s"] > 0 and measured["stage_s"] > 0
+    table = run(list(map(str, history)), cwd=work, env=env, exact_env=True).stdout.splitlines()
+    assert table[0].startswith("run ") and table[1].startswith("digits-ddp ")
+
+
 def test_snakemake_report_includes_the_figures(demo, tmp_path):
     work, _ = demo
     snakemake(work, REPO / "config/config.yaml", "--report", str(tmp_path / "report.zip"))

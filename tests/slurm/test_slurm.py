@@ -86,6 +86,20 @@ def test_one_job_per_run_with_the_planned_resources(cluster_runs):
         assert tres.get("gres/gpu") == (str(plan["gpus"]) if plan["gpus"] else None)
 
 
+def test_each_run_joins_its_history_with_sacct_figures_per_node(cluster_runs):
+    from airetrain.report.history import everything
+    work, _, jobs, _ = cluster_runs
+    lines = {line["run"]: line for line in everything(work / "scratch")}
+    assert {"demo", "g3", "g6", "h6"} <= set(lines)
+    for name in ("demo", "g3", "g6", "h6"):
+        line = lines[name]
+        assert line["job_id"] in jobs and line["measured"]["source"] == "sacct"
+        assert 0 < line["measured"]["busy_cores_per_node"] <= line["requested"]["cpus_per_node"]
+    row = {r["run"]: r for r in __import__("csv").DictReader(open(work / "results/report/efficiency.csv"))}["g6"]
+    assert lines["g6"]["measured"]["mem_peak_mb_per_node"] == pytest.approx(float(row["mem_used_mb"]) / 2, abs=0.1)
+    assert lines["g6"]["profile"]["nodes"] == 2 and lines["g6"]["profile_id"] != lines["g3"]["profile_id"]
+
+
 def test_the_job_asked_slurm_for_the_mail(cluster_runs):
     work, env, _, _ = cluster_runs
     job_id = read_json(work / "results/demo/train.json")["slurm_job_id"]

@@ -1,0 +1,52 @@
+"""The runs' durable history: one line per finished run and job, its profile and what it measured."""
+import json
+from pathlib import Path
+
+from airetrain.plan.planner import plan_all
+from airetrain.report.history import HISTORY, everything, format_history, profile, profile_id, record
+
+from conftest import ENV
+
+
+def finished_run(results: Path, scratch: Path, name: str, run_cfg: dict, job_id: str | None) -> dict:
+    plan = plan_all({"roots": {"scratch": str(scratch)}, "runs": {name: run_cfg}}, env=ENV)[name]
+    out = results / name
+    (out / "benchmarks").mkdir(parents=True)
+    (out / "plan.json").write_text(json.dumps(plan))
+    (out / "train.json").write_text(json.dumps({
+        "slurm_job_id": job_id, "steps": 220, "steps_this_session": 220, "train_seconds": 110.0,
+        "step_time_s": 0.5, "samples_per_s": 128.0, "data_wait_frac": 0.02}))
+    (out / "benchmarks" / "promote.tsv").write_text("s\th:m:s\tmax_rss\n3.25\t0:00:03\t120\n")
+    return plan
+
+
+def test_each_finished_job_leaves_one_line_with_its_profile_and_measurements(tmp_path):
+    results, scratch = tmp_path / "results", tmp_path / "scratch"
+    plan = finished_run(results, scratch, "a", {"gpus": 6, "batch": {"global": 96, "per_device": 16}}, "4242")
+    finished_run(results, scratch, "b", {"gpus": 3, "batch": {"global": 96, "per_device": 32}}, None)
+    rows = [{"run": "a", "source": "sacct", "mem_used_mb": 200_000.0, "cpus": 48, "cpu_eff": 0.25, "stage_s": 40.0,
+             "elapsed_s": 600.0},
+            {"run": "b", "source": "benchmark", "mem_used_mb": float("nan"), "cpus": 24, "cpu_eff": float("nan")},
+            {"run": "unfinished"}]
+    added = record(results, rows)
+    assert [line["run"] for line in added] == ["a", "b"]
+    (a, ) = [json.loads(s) for s in (scratch / "airetrain/a" / HISTORY).read_text().splitlines()]
+    assert a["job_id"] == "4242" and a["profile"] == profile(plan) and a["profile_id"] == profile_id(profile(plan))
+    assert a["profile"]["nodes"] == 2 and a["profile"]["world_size"] == 6 and a["profile"]["per_device_batch"] == 16
+    assert a["measured"]["mem_peak_mb_per_node"] == 100_000.0 and a["measured"]["busy_cores_per_node"] == 6.0
+    assert a["measured"]["seconds_per_step"] == 0.5 and a["measured"]["promote_s"] == 3.25
+    assert a["measured"]["stage_s"] == 40.0 and a["requested"]["mem_mb_per_node"] == plan["slurm"]["mem_mb"]
+    b = everything(scratch)[1]["measured"]
+    assert b["mem_peak_mb_per_node"] is None and b["busy_cores_per_node"] is None   # no accounting: unknown
+    assert record(results, rows) == []   # the same jobs again: nothing new
+    table = format_history(everything(scratch)).splitlines()
+    assert table[0].split()[:3] == ["run", "job", "recorded"] and len(table) == 3
+    assert "97.66 GB" in table[1] and "6/" in table[1] and "6xcuda on 2" in table[1]
+
+
+def test_a_changed_profile_has_another_id():
+    plans = plan_all({"runs": {"a": {}, "wider": {"model": {"width": 64}}, "bf": {"precision": "fp32"}}}, env=ENV)
+    ids = {name: profile_id(profile(p)) for name, p in plans.items()}
+    assert len(set(ids.values())) == 3
+    again = plan_all({"runs": {"a": {"train": {"epochs": 99}}}}, env=ENV)["a"]   # more epochs: the same profile
+    assert profile_id(profile(again)) == ids["a"]
