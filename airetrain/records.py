@@ -83,6 +83,8 @@ class PlanRecord(TypedDict):
     script: Doc[Optional[dict], "script mode: the user's script (absolute path) and its arguments; none: the "
                                 "built-in trainer"]
     config: Doc[dict, "the run's complete config, defaults filled in"]
+    right_sized: Doc[Optional[dict], "resources: measured: each request taken from the history (value, how it "
+                                     "was found), the profile and the jobs it came from; none: as configured"]
     torchrun: Doc[list, "torchrun's arguments"]
 
 

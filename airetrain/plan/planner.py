@@ -14,6 +14,7 @@ from pathlib import Path
 from . import config as cfg
 from ..errors import ConfigError
 from .environment import job_env, torchrun_args
+from .rightsize import measured_requests
 from .roots import Root, durable_root, is_under, run_dir
 from ..stage.pack import INDEX
 from ..stage.quota import dataset_size, pack_command, quota_messages
@@ -357,8 +358,33 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
         "script": script,
         "config": run,
     }
+    plan["right_sized"] = None
+    if run["resources"] == "measured":
+        _right_size(plan, site, scratch, account)
     plan["torchrun"] = torchrun_args(plan)
     return plan
+
+
+def _right_size(plan: dict, site: dict, scratch: Root, account: str | None) -> None:
+    """resources: measured: the requests earlier runs of this profile used (plan.rightsize)."""
+    requests, warning = measured_requests(plan, site, scratch.path)
+    if warning:
+        plan["warnings"].append(warning)
+    if not requests:
+        return
+    run, nproc = plan["config"], plan["nproc_per_node"]
+    if "cpus_per_rank" in requests:
+        plan["cpus_per_rank"] = requests["cpus_per_rank"]["value"]
+        plan["cpus_per_node"] = plan["cpus_per_rank"] * nproc
+    if "mem_gb_per_node" in requests:
+        plan["mem_gb_per_node"] = requests["mem_gb_per_node"]["value"]
+    if "time_min" in requests:
+        minutes = {**{k: v for k, v in plan["time_min"].items() if k != "total"}, **requests["time_min"]["value"]}
+        plan["time_min"] = {**minutes, "total": sum(minutes.values())}
+    plan["slurm"] = _slurm_request(run, plan["nodes"], nproc, plan["cpus_per_node"], plan["mem_gb_per_node"], account)
+    plan["env"] = job_env(run, plan["nodes"], plan["cpus_per_rank"], plan["device"],
+                          str(Path(plan["durable_dir"]).parent))
+    plan["right_sized"] = requests
 
 
 def plan_all(config: dict, env=None, scratch: Root | None = None) -> dict[str, dict]:

@@ -18,4 +18,11 @@ def format_table(plans: dict[str, dict]) -> str:
         ])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])
+    measured = [f"{name}: resources measured, from {p['right_sized']['from']}: " + "; ".join(
+        f"{key} {_value(req['value'])} ({req['how']})" for key, req in p["right_sized"].items()
+        if isinstance(req, dict)) for name, p in plans.items() if p.get("right_sized")]
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows), *measured])
+
+
+def _value(value) -> str:
+    return " ".join(f"{k} {v}" for k, v in value.items()) if isinstance(value, dict) else f"{value:g}"

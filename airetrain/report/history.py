@@ -26,8 +26,9 @@ HISTORY = "history.jsonl"
 def profile(plan: dict) -> dict:
     cfg = plan["config"]
     return {"model": cfg["model"], "data": {k: cfg["data"].get(k) for k in ("name", "path", "format")},
-            "per_device_batch": plan["batch"]["per_device"], "precision": plan["precision"],
-            "strategy": plan["strategy"], "world_size": plan["world_size"], "nodes": plan["nodes"],
+            "global_batch": plan["batch"]["global"], "per_device_batch": plan["batch"]["per_device"],
+            "precision": plan["precision"], "strategy": cfg["strategy"],   # as configured: auto is decided later
+            "world_size": plan["world_size"], "nodes": plan["nodes"],
             "device": plan["device"], "script": (plan.get("script") or {}).get("path")}
 
 
@@ -39,8 +40,9 @@ def _number(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def _promote_s(run_dir: Path) -> float | None:
-    bench = run_dir / "benchmarks" / "promote.tsv"
+def _step_s(run_dir: Path, step: str) -> float | None:
+    """The wall seconds of a step from its Snakemake benchmark file."""
+    bench = run_dir / "benchmarks" / f"{step}.tsv"
     try:
         return float(bench.read_text().splitlines()[1].split("\t")[0])
     except (OSError, IndexError, ValueError):
@@ -56,8 +58,10 @@ def entry(run_dir: Path, row: dict) -> dict | None:
     nodes = plan["nodes"]
     used, cpus, cpu_eff = (_number(row.get(k)) for k in ("mem_used_mb", "cpus", "cpu_eff"))
     prof = profile(plan)
+    train_rule_s = _step_s(run_dir, "train")
     return {
         "run": plan["run"], "job_id": train.get("slurm_job_id"), "recorded": time.time(),
+        "epochs": plan["config"]["train"]["epochs"],
         "profile_id": profile_id(prof), "profile": prof,
         "requested": {"mem_mb_per_node": plan["slurm"]["mem_mb"], "cpus_per_node": plan["cpus_per_node"],
                       "time_min": plan["time_min"]["total"]},
@@ -68,7 +72,9 @@ def entry(run_dir: Path, row: dict) -> dict | None:
             "seconds_per_step": train.get("step_time_s"), "steps": train["steps"],
             "steps_this_session": train["steps_this_session"], "samples_per_s": train.get("samples_per_s"),
             "train_s": train["train_seconds"], "stage_s": _number(row.get("stage_s")),
-            "promote_s": _promote_s(run_dir), "elapsed_s": _number(row.get("elapsed_s")),
+            "promote_s": _step_s(run_dir, "promote"), "elapsed_s": _number(row.get("elapsed_s")),
+            # the train step beyond its loop: interpreter, torch, process group, data, model
+            "startup_s": round(max(train_rule_s - train["train_seconds"], 0.0), 1) if train_rule_s else None,
             "data_wait_frac": train.get("data_wait_frac"),
         },
     }

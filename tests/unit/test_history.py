@@ -50,3 +50,32 @@ def test_a_changed_profile_has_another_id():
     assert len(set(ids.values())) == 3
     again = plan_all({"runs": {"a": {"train": {"epochs": 99}}}}, env=ENV)["a"]   # more epochs: the same profile
     assert profile_id(profile(again)) == ids["a"]
+
+
+def test_resources_measured_asks_for_what_the_same_profile_used(tmp_path):
+    import math
+
+    results, scratch = tmp_path / "results", tmp_path / "scratch"
+    first = {"processes": 2, "time_min": {"stage": 10, "train": 60, "promote": 10}, "train": {"epochs": 10}}
+    finished_run(results, scratch, "a", first, "4242")
+    (results / "a" / "benchmarks" / "train.tsv").write_text("s\th:m:s\tmax_rss\n140.0\t0:02:20\t900\n")
+    record(results, [{"run": "a", "source": "sacct", "mem_used_mb": 2000.0, "cpus": 2, "cpu_eff": 0.6,
+                      "stage_s": 30.0}])
+    config = {"roots": {"scratch": str(scratch)}, "runs": {
+        "b": {**first, "resources": "measured", "train": {"epochs": 20}},   # the same profile, twice the epochs
+        "wider": {**first, "resources": "measured", "model": {"width": 64}},
+        "as_asked": first}}
+    plans = plan_all(config, env=ENV)
+    b = plans["b"]
+    assert b["mem_gb_per_node"] == math.ceil(2000 * 1.25 / 1024 * 10) / 10 == 2.5 and b["slurm"]["mem_mb"] == 2560
+    assert b["cpus_per_rank"] == math.ceil(0.6 * 2 * 1.25 / 2) == 1
+    train_min = math.ceil((0.5 * 440 * 1.3 + (140 - 110)) / 60 + 5)   # 0.5 s/step, 22 steps/epoch x 20, start-up 30 s
+    assert b["time_min"] == {"stage": 1, "train": train_min, "promote": 1, "total": train_min + 2}
+    assert b["right_sized"]["from"].startswith("job 4242 of a (") and b["right_sized"]["runs_measured"] == 1
+    assert "peak 2000 MB per node x 1.25" in b["right_sized"]["mem_gb_per_node"]["how"]
+    # another profile uses no history, and says so; without resources: measured nothing changes
+    assert plans["wider"]["right_sized"] is None and plans["wider"]["time_min"]["total"] == 80
+    assert any("no finished run has this profile" in w for w in plans["wider"]["warnings"])
+    assert plans["as_asked"]["right_sized"] is None and plans["as_asked"]["mem_gb_per_node"] == 4
+    from airetrain.plan.table import format_table
+    assert "b: resources measured, from job 4242 of a" in format_table(plans)

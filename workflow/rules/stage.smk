@@ -34,6 +34,9 @@ rule stage:
         "run_{run}"
     resources:
         runtime=minutes("stage"),
+        # the group's job asks for its members' largest memory: the profile's default (4000 MB)
+        # would otherwise be the floor of every run's request
+        mem_mb=lambda w: slurm(w, "mem_mb"),
         slurm_partition=partition,
         slurm_account=account,
     conda:

@@ -1,0 +1,72 @@
+"""Right-sized requests (`resources: measured`): a run asks for what earlier runs of its profile used.
+
+For a run whose profile (report.history) matches finished runs in the durable history, the plan
+sets, from the largest peak and the slowest step among them:
+- memory per node: the measured peak x 1.25;
+- cores per rank: the measured busy cores per node x 1.25, over the ranks of a node;
+- time: stage and promote as measured x 1.3; train as seconds per step x this run's steps x 1.3,
+  plus the measured start-up (the train step's wall time beyond its training loop), plus the stop
+  margin.
+Each is capped by the site's node and wall-time limits and never below a floor (1 GB per node,
+1 core per rank, 1 minute per step). A profile without history keeps the configured requests, and
+the plan says so. The history only grows when a report rule runs, after the jobs: the plan, parsed
+again inside every job, comes out the same there.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from ..report.history import everything, profile, profile_id
+
+MEM_HEADROOM, CPU_HEADROOM, TIME_HEADROOM = 1.25, 1.25, 1.3
+MIN_MEM_GB, MIN_MINUTES = 1.0, 1
+
+
+def _largest(lines: list[dict], key: str) -> float | None:
+    values = [line["measured"].get(key) for line in lines if line["measured"].get(key) is not None]
+    return max(values) if values else None
+
+
+def measured_requests(plan: dict, site: dict, scratch: Path) -> tuple[dict | None, str | None]:
+    """(the requests from history with how each was found, or None; a warning, or None)."""
+    name, pid = plan["run"], profile_id(profile(plan))
+    lines = [line for line in everything(scratch) if line["profile_id"] == pid]
+    if not lines:
+        return None, (f"run {name}: resources: measured, but no finished run has this profile ({pid}: model, "
+                      "dataset, batch, precision, strategy, layout): the configured requests stand")
+    newest = lines[-1]
+    source = ", ".join(f"job {line['job_id'] or 'local'} of {line['run']} "
+                       f"({time.strftime('%Y-%m-%d', time.localtime(line['recorded']))})" for line in lines[-3:])
+    nproc = plan["nproc_per_node"]
+    requests: dict = {"profile_id": pid, "from": source, "runs_measured": len(lines)}
+
+    peak = _largest(lines, "mem_peak_mb_per_node")
+    if peak is not None:
+        gb = min(max(math.ceil(peak * MEM_HEADROOM / 1024 * 10) / 10, MIN_MEM_GB), site["mem_gb_per_node"])
+        requests["mem_gb_per_node"] = {"value": gb, "how": f"peak {peak:.0f} MB per node x {MEM_HEADROOM}"}
+    busy = _largest(lines, "busy_cores_per_node")
+    if busy is not None:
+        per_rank = min(max(math.ceil(busy * CPU_HEADROOM / nproc), 1), site["cores_per_node"] // nproc)
+        requests["cpus_per_rank"] = {"value": per_rank,
+                                     "how": f"{busy:.2f} busy cores per node x {CPU_HEADROOM} over {nproc} ranks"}
+    step_s = _largest(lines, "seconds_per_step")
+    if step_s is not None and newest.get("epochs"):
+        steps = round(newest["measured"]["steps"] / newest["epochs"]) * plan["config"]["train"]["epochs"]
+        startup = _largest(lines, "startup_s") or 0.0
+        margin = plan["config"]["checkpoint"]["stop_margin_min"]
+        train_min = math.ceil((step_s * steps * TIME_HEADROOM + startup) / 60 + margin)
+        minutes = {"train": max(train_min, MIN_MINUTES)}
+        for step in ("stage", "promote"):
+            seconds = _largest(lines, f"{step}_s")
+            if seconds is not None:
+                minutes[step] = max(math.ceil(seconds * TIME_HEADROOM / 60), MIN_MINUTES)
+        configured = {k: v for k, v in plan["time_min"].items() if k != "total"}
+        excess = sum({**configured, **minutes}.values()) - site["max_wall_hours"] * 60
+        if excess > 0:   # the site's longest job: the run resumes from its checkpoint in the next
+            minutes["train"] = max(minutes["train"] - excess, MIN_MINUTES)
+        requests["time_min"] = {"value": minutes, "how": f"{step_s:.3g} s per step x {steps} steps x {TIME_HEADROOM}"
+                                                         f" + {startup:.0f} s start-up + {margin:g} min stop margin; "
+                                                         f"stage and promote as measured x {TIME_HEADROOM}"}
+    return requests, None
