@@ -16,7 +16,7 @@ def _load_plans(configfiles: list[str]) -> dict:
     config: dict = {}
     for path in configfiles:
         config = deep_merge(config, load_yaml(path))
-    return plan_all(config)
+    return plan_all(config, results="results")   # right-sized runs keep what they were planned with
 
 
 def _plan(args) -> None:

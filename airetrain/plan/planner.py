@@ -14,6 +14,7 @@ from pathlib import Path
 from . import config as cfg
 from ..errors import ConfigError
 from .environment import job_env, torchrun_args
+from ..report.history import profile, profile_id
 from .rightsize import measured_requests
 from .roots import Root, durable_root, is_under, run_dir
 from ..stage.pack import INDEX
@@ -298,8 +299,20 @@ def _slurm_request(run: dict, nodes: int, nproc: int, cpus_per_node: int, mem_gb
     }
 
 
-def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
-    """The run's plan (a PlanRecord), or ConfigError listing every reason it cannot run."""
+def _planned(results: str | Path | None, name: str) -> dict | None:
+    """The run's plan.json from an earlier parse (None: there is none, or it cannot be read)."""
+    import json
+
+    path = Path(results) / name / "plan.json" if results is not None else None
+    try:
+        return json.loads(path.read_text()) if path else None
+    except (OSError, ValueError):
+        return None
+
+
+def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None, planned: dict | None = None) -> dict:
+    """The run's plan (a PlanRecord), or ConfigError listing every reason it cannot run.
+    planned: its plan.json from an earlier parse, whose right-sized requests it keeps."""
     env = os.environ if env is None else env
     cfg.check_name(name)
     problems: list[str] = []
@@ -360,14 +373,18 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> dict:
     }
     plan["right_sized"] = None
     if run["resources"] == "measured":
-        _right_size(plan, site, scratch, account)
+        _right_size(plan, site, scratch, account, (planned or {}).get("right_sized"))
     plan["torchrun"] = torchrun_args(plan)
     return plan
 
 
-def _right_size(plan: dict, site: dict, scratch: Root, account: str | None) -> None:
-    """resources: measured: the requests earlier runs of this profile used (plan.rightsize)."""
-    requests, warning = measured_requests(plan, site, scratch.path)
+def _right_size(plan: dict, site: dict, scratch: Root, account: str | None, earlier: dict | None) -> None:
+    """resources: measured: the requests earlier runs of this profile used (plan.rightsize).
+
+    A run planned before with the same profile keeps those requests: the history grows as runs
+    finish, and a changed plan would train a finished run again (Snakemake compares the plans)."""
+    same = earlier is not None and earlier.get("profile_id") == profile_id(profile(plan))
+    requests, warning = (earlier, None) if same else measured_requests(plan, site, scratch.path)
     if warning:
         plan["warnings"].append(warning)
     if not requests:
@@ -387,17 +404,19 @@ def _right_size(plan: dict, site: dict, scratch: Root, account: str | None) -> N
     plan["right_sized"] = requests
 
 
-def plan_all(config: dict, env=None, scratch: Root | None = None) -> dict[str, dict]:
+def plan_all(config: dict, env=None, scratch: Root | None = None,
+             results: str | Path | None = None) -> dict[str, dict]:
     """Plan every run in one process; all refusals are reported together.
 
     scratch: the durable root already decided where the workflow was planned (see plan_workflow);
-    without it the root is resolved here, from the config and the environment."""
+    without it the root is resolved here, from the config and the environment. results: where
+    each run's plan.json is: a right-sized run keeps the requests it was planned with (below)."""
     top, runs = cfg.resolve(config)
     scratch = scratch or durable_root(top["roots"]["scratch"], env)
     plans, problems = {}, []
     for name, run in runs.items():
         try:
-            plans[name] = plan_run(name, run, top, scratch, env)
+            plans[name] = plan_run(name, run, top, scratch, env, _planned(results, name))
         except ConfigError as e:
             problems.append(str(e))
     if problems:
@@ -411,7 +430,7 @@ def plan_workflow(config: dict, in_job: bool, results: str | Path = "results") -
     """The plans of a Snakemake parse: on the submit host from the config and the environment; inside a
     job with the durable root of the newest results/<run>/plan.json (written by this invocation's
     plan rules, which run on the submit host before any job)."""
-    return plan_all(config, scratch=planned_scratch(results) if in_job else None)
+    return plan_all(config, scratch=planned_scratch(results) if in_job else None, results=results)
 
 
 def planned_scratch(results: str | Path) -> Root | None:

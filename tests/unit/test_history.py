@@ -79,3 +79,19 @@ def test_resources_measured_asks_for_what_the_same_profile_used(tmp_path):
     assert plans["as_asked"]["right_sized"] is None and plans["as_asked"]["mem_gb_per_node"] == 4
     from airetrain.plan.table import format_table
     assert "b: resources measured, from job 4242 of a" in format_table(plans)
+
+
+def test_a_right_sized_run_keeps_its_requests_as_the_history_grows(tmp_path):
+    results, scratch = tmp_path / "results", tmp_path / "scratch"
+    first = {"processes": 2, "train": {"epochs": 10}}
+    finished_run(results, scratch, "a", first, "1")
+    record(results, [{"run": "a", "source": "sacct", "mem_used_mb": 2000.0, "cpus": 2, "cpu_eff": 0.6}])
+    config = {"roots": {"scratch": str(scratch)}, "runs": {"b": {**first, "resources": "measured"}}}
+    planned = plan_all(config, env=ENV, results=results)["b"]
+    (results / "b").mkdir()
+    (results / "b" / "plan.json").write_text(json.dumps(planned))   # as the plan rule writes it
+    finished_run(results, scratch, "c", first, "2")   # later, another run of the profile peaks higher
+    record(results, [{"run": "c", "source": "sacct", "mem_used_mb": 6000.0, "cpus": 2, "cpu_eff": 0.6}])
+    assert plan_all(config, env=ENV, results=results)["b"] == planned   # parsed again (in a job, or later)
+    fresh = plan_all(config, env=ENV)["b"]   # planned anew: the larger peak counts
+    assert fresh["mem_gb_per_node"] == 7.4 > planned["mem_gb_per_node"] == 2.5
