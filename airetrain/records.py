@@ -335,6 +335,15 @@ def stops(run_dir: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+LAUNCH_ID = "AIRETRAIN_LAUNCH_ID"   # set by the launch for its ranks: the watchdog counts hangs per launch
+LOCK = "trainer.lock"               # in the durable run directory: who trains the run (train/lock.py)
+
+
+def hangs(run_dir: str | Path, launch: str | None = None) -> list[dict]:
+    """The hangs the watchdog recorded in stops.jsonl: all of them, or those of one launch."""
+    return [s for s in stops(run_dir) if s["reason"] == "hang" and (launch is None or s.get("launch") == launch)]
+
+
 def sessions(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / SESSIONS
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []

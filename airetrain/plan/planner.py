@@ -14,7 +14,6 @@ from pathlib import Path
 from . import config as cfg
 from ..errors import ConfigError
 from .environment import job_env, torchrun_args
-from ..report.history import profile, profile_id
 from .rightsize import measured_requests
 from .roots import Root, durable_root, is_under, run_dir
 from ..stage.pack import INDEX
@@ -379,12 +378,9 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None, planned: 
 
 
 def _right_size(plan: dict, site: dict, scratch: Root, account: str | None, earlier: dict | None) -> None:
-    """resources: measured: the requests earlier runs of this profile used (plan.rightsize).
-
-    A run planned before with the same profile keeps those requests: the history grows as runs
-    finish, and a changed plan would train a finished run again (Snakemake compares the plans)."""
-    same = earlier is not None and earlier.get("profile_id") == profile_id(profile(plan))
-    requests, warning = (earlier, None) if same else measured_requests(plan, site, scratch.path)
+    """resources: measured: the requests earlier runs of this profile used (plan.rightsize); earlier:
+    those it was planned with before, which stand while its profile is the same."""
+    requests, warning = measured_requests(plan, site, scratch.path, earlier)
     if warning:
         plan["warnings"].append(warning)
     if not requests:

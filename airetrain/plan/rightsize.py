@@ -29,9 +29,16 @@ def _largest(lines: list[dict], key: str) -> float | None:
     return max(values) if values else None
 
 
-def measured_requests(plan: dict, site: dict, scratch: Path) -> tuple[dict | None, str | None]:
-    """(the requests from history with how each was found, or None; a warning, or None)."""
+def measured_requests(plan: dict, site: dict, scratch: Path,
+                      earlier: dict | None = None) -> tuple[dict | None, str | None]:
+    """(the requests from history with how each was found, or None; a warning, or None).
+
+    earlier: the requests the run was planned with before (its plan.json). With the same profile
+    they stand: the history grows as runs finish, and a changed plan would train a finished run
+    again (Snakemake compares the plans)."""
     name, pid = plan["run"], profile_id(profile(plan))
+    if earlier is not None and earlier.get("profile_id") == pid:
+        return earlier, None
     lines = [line for line in everything(scratch) if line["profile_id"] == pid]
     if not lines:
         return None, (f"run {name}: resources: measured, but no finished run has this profile ({pid}: model, "

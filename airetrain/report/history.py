@@ -7,8 +7,8 @@ steps' CPU time: seff's figures), else Snakemake's benchmark files, with the tra
 the stage and promote steps' seconds.
 
 A profile is what must match for a measurement to apply to another run: the model and its sizes,
-the dataset, the per-GPU batch, precision, strategy, world size, nodes and device (and a user's
-script). Its id is a hash of those, so that equal profiles are found without comparing dicts.
+the dataset, the global and per-GPU batch, precision, the configured strategy, world size, nodes and
+device (and a user's script). Its id is a hash of those, so that equal profiles are found without comparing dicts.
 """
 from __future__ import annotations
 

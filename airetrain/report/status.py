@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 
 from ..fsutil import read_json
-from ..records import SESSIONS, STOPPED, stops
-from ..train.lock import LOCK
+from ..records import LOCK, SESSIONS, STOPPED, hangs
 from . import sacct
 
 SQUEUE_FORMAT = "%i|%T|%r|%S|%k"
@@ -157,10 +156,10 @@ def run_status(name: str, results: Path, logs: Path, queued: dict | None, accoun
             row.update(state="trained", detail="not promoted yet")
     if row.get("requeues"):
         row["detail"] = (row["detail"] + f" [requeued {row['requeues']}x]").strip()
-    hangs = sum(s["reason"] == "hang" for s in stops(Path(plan["durable_dir"]).parent)) if plan else 0
-    if hangs:
-        row["hangs"] = hangs
-        row["detail"] = (row["detail"] + f" [{hangs} hang{'s' if hangs > 1 else ''}: see hangs/]").strip()
+    hung = len(hangs(Path(plan["durable_dir"]).parent)) if plan else 0
+    if hung:
+        row["hangs"] = hung
+        row["detail"] = (row["detail"] + f" [{hung} hang{'s' if hung > 1 else ''}: see hangs/]").strip()
     return row
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..fsutil import read_json
-from ..records import STOPPED, stops
+from ..records import STOPPED, hangs
 from . import sacct
 from .advice import advise
 
@@ -128,7 +128,7 @@ def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
         row.update(benchmark_row(bench, plan))
     row.update(_stage_figures(run_dir, row.get("elapsed_s")))
     if plan.get("durable_dir"):
-        row["hangs"] = sum(s["reason"] == "hang" for s in stops(Path(plan["durable_dir"]).parent))
+        row["hangs"] = len(hangs(Path(plan["durable_dir"]).parent))
     if train:
         for key in ("samples_per_s", "mfu", "data_wait_frac", "eval_loss", "eval_accuracy", "world_size",
                     "device", "strategy"):

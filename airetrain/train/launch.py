@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..records import STOPPED, StopRecord, read_record, record_stop, stops
+from ..records import LAUNCH_ID, STOPPED, StopRecord, hangs, read_record, record_stop
 from .lock import RunLock
 
 
@@ -114,7 +114,7 @@ def run(plan: dict, script: str, script_args: list[str], out: str, extra_env: di
     in a SLURM job, SLURM signals the step itself, so it is not sent twice. after_exit runs once the
     ranks have exited, before a stopped run is requeued (script mode's last checkpoint copy)."""
     launch = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}"   # hangs of one launch are counted together
-    env = {**os.environ, **plan["env"], **(extra_env or {}), "AIRETRAIN_LAUNCH_ID": launch}
+    env = {**os.environ, **plan["env"], **(extra_env or {}), LAUNCH_ID: launch}
     cmd = command(plan, script, script_args, env)
     marker = Path(out) / STOPPED
     lock = RunLock(Path(plan["durable_dir"]).parent, env.get("SLURM_JOB_ID"))
@@ -141,6 +141,5 @@ def run(plan: dict, script: str, script_args: list[str], out: str, extra_env: di
 
 def hang_failure(run_dir: Path, launch: str) -> dict | None:
     """The hang the watchdog ended this launch for (a second one, not restarted), if there was one."""
-    ended = [s for s in stops(run_dir) if s["reason"] == "hang" and s.get("launch") == launch
-             and s["action"] != "restart"]
+    ended = [s for s in hangs(run_dir, launch) if s["action"] != "restart"]
     return ended[-1] if ended else None

@@ -20,7 +20,9 @@ import subprocess
 import time
 from pathlib import Path
 
-LOCK, LOG = "trainer.lock", "lock.log"
+from ..records import LOCK
+
+LOG = "lock.log"
 POLL_S = 10.0
 
 

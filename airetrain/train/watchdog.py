@@ -33,13 +33,12 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from ..records import record_stop, stops
+from ..records import LAUNCH_ID, hangs, record_stop
 
 log = logging.getLogger("airetrain.watchdog")
 
 EXIT_HUNG = 124         # as timeout(1) exits
 HANGS = "hangs"
-LAUNCH_ID = "AIRETRAIN_LAUNCH_ID"   # set by the launch: hangs in one launch are counted together
 DUMP_WAIT_S = 30        # how long rank 0 waits for every rank's stacks before it records the hang
 
 
@@ -159,7 +158,7 @@ class Watchdog:
             time.sleep(0.2)
         dumped = [r for r in range(self.world_size) if self.store.check([f"dumped/{r}"])]
         launch = os.environ.get(LAUNCH_ID)
-        earlier = [s for s in stops(self.run_dir) if s["reason"] == "hang" and launch and s.get("launch") == launch]
+        earlier = hangs(self.run_dir, launch) if launch else []
         action = "fail" if earlier else "restart"
         details = {"launch": launch, "dump": str(folder), "timeout_s": self.timeout_s, "ranks_dumped": dumped}
         (folder / "hang.json").write_text(json.dumps({"step": self.step, "slurm_job_id": self.job_id,
