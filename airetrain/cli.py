@@ -9,21 +9,64 @@ from pathlib import Path
 from .errors import ConfigError
 
 
-def _load_plans(configfiles: list[str]) -> dict:
+def _load_config(configfiles: list[str], right_size: bool = False) -> dict:
     from .plan.config import deep_merge, load_yaml
-    from .plan.planner import plan_all
 
     config: dict = {}
     for path in configfiles:
+        if not Path(path).is_file():
+            raise ConfigError(f"--configfile {path}: no such file (run from the workflow's directory, or name it)")
         config = deep_merge(config, load_yaml(path))
-    return plan_all(config, results="results")   # right-sized runs keep what they were planned with
+    if right_size:   # every run, also one that says resources: requested
+        config = deep_merge(config, {"runs": {name: {"resources": "measured"} for name in config.get("runs") or {}}})
+    return config
+
+
+def _load_plans(configfiles: list[str], right_size: bool = False) -> dict:
+    from .plan.planner import plan_all
+
+    # right-sized runs keep what they were planned with, and forecast-chosen runs their layout
+    return plan_all(_load_config(configfiles, right_size), results="results")
+
+
+def _forecast(args, plans: dict) -> None:
+    import json
+    from datetime import datetime
+
+    from .plan import config as cfg
+    from .plan.forecast import format_forecast
+    from .plan.planner import forecast_run
+    from .plan.roots import Root
+
+    top, runs = cfg.resolve(_load_config(args.configfile, args.right_size))
+    at = datetime.now().astimezone()
+    forecasts = {}
+    for name, run in runs.items():
+        scratch = Root(Path(plans[name]["roots"]["scratch"]), plans[name]["roots"]["scratch_source"])
+        forecasts[name] = forecast_run(name, run, top, scratch)
+    if args.json:
+        print(json.dumps({"at": at.isoformat(timespec="seconds"), "runs": forecasts}, indent=1))
+        return
+    for name, rows in forecasts.items():
+        print(format_forecast(name, rows, at))
+        kept = plans[name].get("forecast")
+        if kept and (Path("results") / name / "plan.json").exists():   # planned before: its layout stands
+            print(f"run {name} keeps {kept['chosen_gpus']} GPUs, chosen at {kept['at']} (results/{name}/plan.json); "
+                  "remove that file to choose again")
+        print()
 
 
 def _plan(args) -> None:
     from .plan.planner import resolve_strategy
     from .plan.table import format_table
 
-    plans = {name: resolve_strategy(plan) for name, plan in _load_plans(args.configfile).items()}
+    plans = {name: resolve_strategy(plan) for name, plan in _load_plans(args.configfile, args.right_size).items()}
+    if args.forecast:
+        _forecast(args, plans)
+        if args.json:
+            return
+    elif args.json:
+        raise ConfigError("--json prints the forecast as data: give it with --forecast")
     print(format_table(plans))
     if args.write:
         from .records import PlanRecord, write_record
@@ -193,6 +236,12 @@ def main(argv=None) -> None:
     p = sub.add_parser("plan", help="validate a config and print every run's plan")
     p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
     p.add_argument("--write", metavar="DIR", help="also write DIR/<run>/plan.json")
+    p.add_argument("--right-size", action="store_true",
+                   help="resources: measured for every run: ask for what finished runs of the same profile used")
+    p.add_argument("--forecast", action="store_true",
+                   help="for each run's layouts (forecast.gpus, else its gpus): SLURM's predicted start "
+                        "(sbatch --test-only; nothing is queued), the duration from history, the finish")
+    p.add_argument("--json", action="store_true", help="with --forecast: the forecast as data")
     p.set_defaults(func=_plan)
 
     p = sub.add_parser("resolve", help="decide a planned run's strategy (the memory estimate) and write plan.json")

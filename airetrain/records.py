@@ -85,6 +85,8 @@ class PlanRecord(TypedDict):
     config: Doc[dict, "the run's complete config, defaults filled in"]
     right_sized: Doc[Optional[dict], "resources: measured: each request taken from the history (value, how it "
                                      "was found), the profile and the jobs it came from; none: as configured"]
+    forecast: Doc[Optional[dict], "forecast.choose: the layouts forecast (start, duration, finish, each with how "
+                                  "it was found), the GPU count chosen and why; none: the configured gpus"]
     torchrun: Doc[list, "torchrun's arguments"]
 
 

@@ -202,3 +202,26 @@ def process_group(tmp_path_factory):
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
+
+
+def synthetic_history(scratch: Path, plan: dict, job_id: str, seconds_per_step: float, steps: int,
+                      startup_s: float = 20.0, stage_s: float = 10.0, promote_s: float = 5.0) -> dict:
+    """Write one finished job's history line for a planned run, with measurements the test chooses: for
+    what this machine cannot measure (GPU step times at several GPU counts). The line has the shape
+    report.history writes, its profile from the plan."""
+    from airetrain.report.history import HISTORY, profile, profile_id
+
+    prof = profile(plan)
+    line = {"run": plan["run"], "job_id": job_id, "recorded": time.time(), "epochs": plan["config"]["train"]["epochs"],
+            "profile_id": profile_id(prof), "profile": prof,
+            "requested": {"mem_mb_per_node": plan["slurm"]["mem_mb"], "cpus_per_node": plan["cpus_per_node"],
+                          "time_min": plan["time_min"]["total"]},
+            "measured": {"source": "synthetic", "mem_peak_mb_per_node": 1000.0, "busy_cores_per_node": 1.0,
+                         "seconds_per_step": seconds_per_step, "steps": steps, "steps_this_session": steps,
+                         "samples_per_s": None, "train_s": seconds_per_step * steps, "stage_s": stage_s,
+                         "promote_s": promote_s, "elapsed_s": None, "startup_s": startup_s, "data_wait_frac": None}}
+    directory = scratch / "airetrain" / plan["run"]
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / HISTORY, "a") as f:
+        f.write(json.dumps(line) + "\n")
+    return line

@@ -370,10 +370,61 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None, planned: 
         "script": script,
         "config": run,
     }
-    plan["right_sized"] = None
+    plan["right_sized"], plan["forecast"] = None, None
     if run["resources"] == "measured":
         _right_size(plan, site, scratch, account, (planned or {}).get("right_sized"))
     plan["torchrun"] = torchrun_args(plan)
+    return plan
+
+
+def _forecast_checks(name: str, run: dict) -> None:
+    forecast, problems = run["forecast"], []
+    if forecast["gpus"]:
+        for key in ("nodes", "nproc_per_node"):
+            if run[key] is not None:
+                problems.append(f"runs.{name}.{key} = {run[key]} is set, but forecast.gpus compares layouts, "
+                                f"each with its own {key}: remove {key}")
+    if forecast["choose"] and not forecast["gpus"]:
+        problems.append(f"runs.{name}.forecast.choose = {forecast['choose']} needs forecast.gpus, the GPU counts "
+                        "to choose from, e.g. [3, 6]")
+    if problems:
+        raise ConfigError(f"run {name!r} refused:\n  - " + "\n  - ".join(problems))
+
+
+def forecast_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> list[dict]:
+    """The run's layouts (forecast.gpus, else its own gpus) forecast now: start, duration, finish."""
+    from ..report.history import everything
+    from .forecast import layouts
+
+    _forecast_checks(name, run)
+    return layouts(run["forecast"]["gpus"] or [run["gpus"]],
+                   lambda gpus: plan_run(name, {**run, "gpus": gpus}, top, scratch, env),
+                   everything(scratch.path), env if env is not None else os.environ)
+
+
+def _chosen_layout(name: str, run: dict, top: dict, scratch: Root, env, planned: dict | None,
+                   forecast_now: bool) -> dict:
+    """forecast.choose: earliest_finish: the plan of the layout that finishes first. A run keeps the
+    layout it was planned with while its config is the same: the forecast moves with the queue, and
+    the plan must come out the same in every later parse (inside each job too)."""
+    _forecast_checks(name, run)
+    if planned and planned.get("forecast") and planned.get("config") == {**run, "gpus": planned["gpus"]}:
+        plan = plan_run(name, {**run, "gpus": planned["gpus"]}, top, scratch, env, planned)
+        plan["forecast"] = planned["forecast"]
+        return plan
+    if not forecast_now:
+        raise ConfigError(f"run {name!r}: forecast.choose, but its plan.json with the chosen layout is missing "
+                          "inside the job: plan the workflow on the submit host (snakemake writes it first)")
+    from datetime import datetime
+
+    from .forecast import choice
+
+    at = datetime.now().astimezone()
+    rows = forecast_run(name, run, top, scratch, env)
+    best, why = choice(rows)
+    plan = plan_run(name, {**run, "gpus": best["gpus"]}, top, scratch, env, planned)
+    plan["forecast"] = {"at": at.isoformat(timespec="seconds"), "chosen_gpus": best["gpus"],
+                        "configured_gpus": run["gpus"], "why": why, "layouts": rows}
     return plan
 
 
@@ -401,18 +452,22 @@ def _right_size(plan: dict, site: dict, scratch: Root, account: str | None, earl
 
 
 def plan_all(config: dict, env=None, scratch: Root | None = None,
-             results: str | Path | None = None) -> dict[str, dict]:
+             results: str | Path | None = None, forecast_now: bool = True) -> dict[str, dict]:
     """Plan every run in one process; all refusals are reported together.
 
     scratch: the durable root already decided where the workflow was planned (see plan_workflow);
     without it the root is resolved here, from the config and the environment. results: where
-    each run's plan.json is: a right-sized run keeps the requests it was planned with (below)."""
+    each run's plan.json is: a right-sized run keeps the requests it was planned with, and a run
+    whose layout a forecast chose keeps that layout. forecast_now: False inside a job, which never
+    asks the scheduler."""
     top, runs = cfg.resolve(config)
     scratch = scratch or durable_root(top["roots"]["scratch"], env)
     plans, problems = {}, []
     for name, run in runs.items():
         try:
-            plans[name] = plan_run(name, run, top, scratch, env, _planned(results, name))
+            planned = _planned(results, name)
+            plans[name] = _chosen_layout(name, run, top, scratch, env, planned, forecast_now) \
+                if run["forecast"]["choose"] else plan_run(name, run, top, scratch, env, planned)
         except ConfigError as e:
             problems.append(str(e))
     if problems:
@@ -426,7 +481,8 @@ def plan_workflow(config: dict, in_job: bool, results: str | Path = "results") -
     """The plans of a Snakemake parse: on the submit host from the config and the environment; inside a
     job with the durable root of the newest results/<run>/plan.json (written by this invocation's
     plan rules, which run on the submit host before any job)."""
-    return plan_all(config, scratch=planned_scratch(results) if in_job else None, results=results)
+    return plan_all(config, scratch=planned_scratch(results) if in_job else None, results=results,
+                    forecast_now=not in_job)
 
 
 def planned_scratch(results: str | Path) -> Root | None:

@@ -24,9 +24,18 @@ MEM_HEADROOM, CPU_HEADROOM, TIME_HEADROOM = 1.25, 1.25, 1.3
 MIN_MEM_GB, MIN_MINUTES = 1.0, 1
 
 
-def _largest(lines: list[dict], key: str) -> float | None:
+def largest(lines: list[dict], key: str) -> float | None:
     values = [line["measured"].get(key) for line in lines if line["measured"].get(key) is not None]
     return max(values) if values else None
+
+
+def planned_steps(lines: list[dict], plan: dict) -> int | None:
+    """The optimizer steps this run will take: the newest measured run's steps per epoch x its epochs
+    (the same profile, hence the same global batch and dataset, makes the same steps per epoch)."""
+    newest = lines[-1]
+    if not newest.get("epochs"):
+        return None
+    return round(newest["measured"]["steps"] / newest["epochs"]) * plan["config"]["train"]["epochs"]
 
 
 def measured_requests(plan: dict, site: dict, scratch: Path,
@@ -43,30 +52,30 @@ def measured_requests(plan: dict, site: dict, scratch: Path,
     if not lines:
         return None, (f"run {name}: resources: measured, but no finished run has this profile ({pid}: model, "
                       "dataset, batch, precision, strategy, layout): the configured requests stand")
-    newest = lines[-1]
     source = ", ".join(f"job {line['job_id'] or 'local'} of {line['run']} "
                        f"({time.strftime('%Y-%m-%d', time.localtime(line['recorded']))})" for line in lines[-3:])
     nproc = plan["nproc_per_node"]
-    requests: dict = {"profile_id": pid, "from": source, "runs_measured": len(lines)}
+    requests: dict = {"profile_id": pid, "from": source, "runs_measured": len(lines),
+                      "sources": [{"run": line["run"], "job_id": line["job_id"]} for line in lines[-3:]]}
 
-    peak = _largest(lines, "mem_peak_mb_per_node")
+    peak = largest(lines, "mem_peak_mb_per_node")
     if peak is not None:
         gb = min(max(math.ceil(peak * MEM_HEADROOM / 1024 * 10) / 10, MIN_MEM_GB), site["mem_gb_per_node"])
         requests["mem_gb_per_node"] = {"value": gb, "how": f"peak {peak:.0f} MB per node x {MEM_HEADROOM}"}
-    busy = _largest(lines, "busy_cores_per_node")
+    busy = largest(lines, "busy_cores_per_node")
     if busy is not None:
         per_rank = min(max(math.ceil(busy * CPU_HEADROOM / nproc), 1), site["cores_per_node"] // nproc)
         requests["cpus_per_rank"] = {"value": per_rank,
                                      "how": f"{busy:.2f} busy cores per node x {CPU_HEADROOM} over {nproc} ranks"}
-    step_s = _largest(lines, "seconds_per_step")
-    if step_s is not None and newest.get("epochs"):
-        steps = round(newest["measured"]["steps"] / newest["epochs"]) * plan["config"]["train"]["epochs"]
-        startup = _largest(lines, "startup_s") or 0.0
+    step_s = largest(lines, "seconds_per_step")
+    steps = planned_steps(lines, plan)
+    if step_s is not None and steps is not None:
+        startup = largest(lines, "startup_s") or 0.0
         margin = plan["config"]["checkpoint"]["stop_margin_min"]
         train_min = math.ceil((step_s * steps * TIME_HEADROOM + startup) / 60 + margin)
         minutes = {"train": max(train_min, MIN_MINUTES)}
         for step in ("stage", "promote"):
-            seconds = _largest(lines, f"{step}_s")
+            seconds = largest(lines, f"{step}_s")
             if seconds is not None:
                 minutes[step] = max(math.ceil(seconds * TIME_HEADROOM / 60), MIN_MINUTES)
         configured = {k: v for k, v in plan["time_min"].items() if k != "total"}

@@ -17,11 +17,10 @@ from .planner import datasets_to_prepare
 PLAN_END = "AIRETRAIN_PLAN_END"
 
 
-def script(plan: dict, workdir: str | Path, repo: str | Path) -> str:
-    q = shlex.quote
-    run, slurm, workdir, repo = plan["run"], plan["slurm"], Path(workdir).absolute(), Path(repo).absolute()
-    directives = [
-        f"--job-name={run}",
+def request(plan: dict) -> list[str]:
+    """What the run's job asks SLURM for, as sbatch options (the script's and the forecast's)."""
+    slurm = plan["slurm"]
+    return [
         f"--partition={slurm['partition']}",
         *([f"--account={slurm['account']}"] if slurm["account"] else []),
         *([f"--qos={slurm['qos']}"] if slurm.get("qos") else []),
@@ -31,9 +30,14 @@ def script(plan: dict, workdir: str | Path, repo: str | Path) -> str:
         f"--mem={slurm['mem_mb']}",
         *([f"--gres={slurm['gres']}"] if slurm["gres"] else []),
         f"--time={format_duration(plan['time_min']['total'] * 60)}",
-        *slurm["extra"].split(),
-        f"--output={workdir}/airetrain-{run}-%j.out",
     ]
+
+
+def script(plan: dict, workdir: str | Path, repo: str | Path) -> str:
+    q = shlex.quote
+    run, slurm, workdir, repo = plan["run"], plan["slurm"], Path(workdir).absolute(), Path(repo).absolute()
+    directives = [f"--job-name={run}", *request(plan), *slurm["extra"].split(),
+                  f"--output={workdir}/airetrain-{run}-%j.out"]
     plan_json = json.dumps(plan, indent=1, sort_keys=True)
     assert PLAN_END not in plan_json
     paths = run_paths(run)

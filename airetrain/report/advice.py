@@ -41,6 +41,7 @@ def advise(row: dict) -> list[str]:
         tips.append(f"hit its time limit after {row.get('elapsed_s', 0) / 60:.0f} min: raise time_min.train, "
                     "or keep checkpoint.requeue on so it continues from its checkpoint")
     finished = state in ("COMPLETED", "")
+    sizing = len(tips)
     if cpu_eff is not None and cpus and cpu_eff < LOW and finished:
         used = max(1, math.ceil(round(cpu_eff * cpus / 0.8, 6)))   # busy cores at 80 % load
         if wait is not None and wait > 0.1:
@@ -59,8 +60,16 @@ def advise(row: dict) -> list[str]:
                     f"--mem={suggest}G would do (peak + 20 %){per_rank}")
     if time_eff is not None and time_eff < LOW and finished:
         minutes = math.ceil(row["elapsed_s"] * TIME_HEADROOM / 60)
+        where = " (time_min: stage, train and promote add up to it)" if row.get("world_size") else ""
         tips.append(f"time: used {row['elapsed_s'] / 60:.1f} of {row['timelimit_s'] / 60:.0f} min ({time_eff:.0%}): "
-                    f"ask for --time={format_duration(minutes * 60)}; shorter jobs start sooner (backfill)")
+                    f"ask for --time={format_duration(minutes * 60)}{where}; shorter jobs start sooner (backfill)")
+    resized = len(tips) > sizing
+    if resized and row.get("world_size") and finished:   # a pipeline run: one config line does all of it
+        tips.append(f"to ask for what this run used, set resources: measured in runs.{row.get('run', '<run>')} "
+                    "(or in defaults): "
+                    "the next plan takes memory, cores and time from its measurements (airetrain plan --right-size "
+                    "shows them)" if not row.get("learned_from") else
+                    "its requests were already right-sized from history; they stand while its profile is the same")
     util = _num(row, "gpu_util")
     if util is not None and util < LOW and wait is not None and wait > 0.1:
         tips.append(f"GPU busy {util:.0%} while {wait:.0%} of step time waits for data: more data.workers, "

@@ -37,9 +37,12 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
     rule = "| " + " | ".join("---" for _ in shown_cols) + " |"
     body = ["| " + " | ".join(_fmt(row.get(c)) for c in shown_cols) + " |" for row in rows]
     advice = [f"- **{row['run']}**: {row['advice']}" for row in rows if row.get("advice")]
+    sized = [f"- **{row['run']}**: {row['right_sizing']}" for row in rows if _fmt(row.get("right_sizing"))]
     parts = [header, rule, *body]
     if advice:
         parts += ["", "Advice:", *advice]
+    if sized:
+        parts += ["", "Right-sized runs (resources: measured):", *sized]
     parts += ["", "Columns (efficiency.csv has them all):", *(f"- `{k}`: {v}" for k, v in COLUMNS.items())]
     return "\n".join(parts) + "\n"
 
@@ -153,10 +156,13 @@ def write_html(df: pd.DataFrame, out_dir: Path, results: str | Path | None) -> d
     for name, data in images.items():
         paths[f"{name}_png"] = out_dir / f"{name}.png"
         paths[f"{name}_png"].write_bytes(data)
-    present = [c for c in df.columns if df[c].notna().any() and c not in ("advice", "memory_estimate")]
+    present = [c for c in df.columns if df[c].notna().any()
+               and c not in ("advice", "memory_estimate", "right_sizing")]
     key = [c for c in KEY_COLUMNS if c in present]
     advice = "".join(f"<li><b>{html.escape(str(r['run']))}</b>: {html.escape(r['advice'])}</li>"
                      for _, r in df.iterrows() if r.get("advice"))
+    sized = "".join(f"<li><b>{html.escape(str(r['run']))}</b>: {html.escape(r['right_sizing'])}</li>"
+                    for _, r in df.iterrows() if isinstance(r.get("right_sizing"), str))
     inline = "".join(f'<figure><img alt="{name}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
                      f"</figure>" for name, data in images.items())
     page = f"""<!DOCTYPE html>
@@ -169,6 +175,7 @@ def write_html(df: pd.DataFrame, out_dir: Path, results: str | Path | None) -> d
 <details><summary>All columns (as in efficiency.csv, in human units)</summary>
 <div class="wide">{html_table(df, present, {}, "all")}</div></details>
 <h2>Advice</h2><ul>{advice or "<li>nothing to change</li>"}</ul>
+{f"<h2>Right-sized runs</h2><ul>{sized}</ul>" if sized else ""}
 <h2>Plots</h2>{inline}
 {_curves_links(df, out_dir, results)}
 </body></html>

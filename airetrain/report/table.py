@@ -58,6 +58,9 @@ COLUMNS = {
     "hangs": "hangs the watchdog caught (each one's stacks: <scratch>/airetrain/<run>/hangs/)",
     "seff_check": "where seff is installed, for the first 10 jobs: 'agrees' (within 0.1 point) or what differs",
     "source": "where elapsed, cpu_eff and memory come from: sacct, or benchmark (Snakemake's, local runs)",
+    "learned_from": "resources: measured: the finished jobs whose measurements set this run's requests",
+    "right_sizing": "a right-sized run: how much of its requests it used (MemEff, TimeEff), next to the jobs it "
+                    "learned from",
     "advice": "what to ask for next time, with the numbers behind it",
 }
 ACCOUNTING = ("job_state", "status", "elapsed_s", "timelimit_s", "time_eff", "cpus", "cpu_eff", "mem_used_mb",
@@ -129,6 +132,10 @@ def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
     row.update(_stage_figures(run_dir, row.get("elapsed_s")))
     if plan.get("durable_dir"):
         row["hangs"] = len(hangs(Path(plan["durable_dir"]).parent))
+    if plan.get("right_sized"):
+        from .history import learned
+        row["learned_from"] = plan["right_sized"]["from"]
+        row["right_sizing"] = learned(plan, row, Path(plan["roots"]["scratch"]))
     if train:
         for key in ("samples_per_s", "mfu", "data_wait_frac", "eval_loss", "eval_accuracy", "world_size",
                     "device", "strategy"):

@@ -53,7 +53,10 @@ def cluster_runs(slurm_cluster, tmp_path_factory):
             "demo": {"gpus": 0, "processes": 2,
                      "slurm": {"mail_type": "END,FAIL,REQUEUE", "mail_user": "a.researcher@leeds.ac.uk"}},
             "g3": {**STAND_IN, "gpus": 3, "batch": {"global": 96, "per_device": 32}},
-            "g6": {**STAND_IN, "gpus": 6, "batch": {"global": 96, "per_device": 16}},
+            # 6 GPUs chosen by a forecast (of one layout; test_slurm_forecast compares several): the
+            # submit host asks sbatch --test-only, and every job's parse keeps the layout of its plan.json
+            "g6": {**STAND_IN, "gpus": 3, "batch": {"global": 96, "per_device": 16},
+                   "forecast": {"gpus": [6], "choose": "earliest_finish"}},
             # g6 again, with a model that hangs once on rank 1 in step 7 (its 9th forward pass; tests/user_code.py)
             "h6": {**STAND_IN, "gpus": 6, "batch": {"global": 96, "per_device": 16},
                    "model": {"name": "ownlab.lab:hangs_once"}, "train": {**STAND_IN["train"], "hang_timeout_min": 0.1},
@@ -84,6 +87,8 @@ def test_one_job_per_run_with_the_planned_resources(cluster_runs):
         tres = dict(item.split("=", 1) for item in job["AllocTRES"].split(","))
         assert tres["mem"] == f"{plan['slurm']['mem_mb'] * plan['nodes'] // 1024}G"
         assert tres.get("gres/gpu") == (str(plan["gpus"]) if plan["gpus"] else None)
+    forecast = read_json(work / "results/g6/plan.json")["forecast"]
+    assert forecast["chosen_gpus"] == 6 and forecast["layouts"][0]["start_how"] == "sbatch --test-only"
 
 
 def test_each_run_joins_its_history_with_sacct_figures_per_node(cluster_runs):
@@ -258,7 +263,10 @@ def site_default_runs(slurm_cluster, tmp_path_factory):
         "defaults": {"train": {"epochs": 2}},
         "runs": {
             "g3": {**STAND_IN, "gpus": 3, "batch": {"global": 96, "per_device": 32}, "slurm": {"qos": "lab_high"}},
-            "g6": {**STAND_IN, "gpus": 6, "batch": {"global": 96, "per_device": 16}},
+            # 6 GPUs chosen by a forecast (of one layout; test_slurm_forecast compares several): the
+            # submit host asks sbatch --test-only, and every job's parse keeps the layout of its plan.json
+            "g6": {**STAND_IN, "gpus": 3, "batch": {"global": 96, "per_device": 16},
+                   "forecast": {"gpus": [6], "choose": "earliest_finish"}},
         },
     })
     env = unactivated_env(work, **slurm_cluster, AIRETRAIN_LAB_JOB_TMPDIR="1")

@@ -40,3 +40,10 @@ def test_a_right_sized_run_asks_for_what_the_first_used_and_uses_more_of_it(slur
     assert float(rows["sized"]["mem_eff"]) > float(rows["first"]["mem_eff"])
     assert float(rows["sized"]["time_eff"]) > float(rows["first"]["time_eff"])
     assert "results/first/train.json" not in proc.stdout + proc.stderr   # the first run stays done
+    # the report closes the loop: the config line for the first, the comparison for the second
+    page = (work / "results/report/efficiency.md").read_text()
+    print(page.split("Columns")[0])
+    assert "set resources: measured in runs.first" in rows["first"]["advice"]
+    sized = next(line for line in page.splitlines() if line.startswith("- **sized**: used MemEff"))
+    assert f"learned from job {measured['job_id']} of first: MemEff" in sized
+    assert f"MemEff {float(rows['sized']['mem_eff']):.1%}" in sized

@@ -95,3 +95,41 @@ def test_a_right_sized_run_keeps_its_requests_as_the_history_grows(tmp_path):
     assert plan_all(config, env=ENV, results=results)["b"] == planned   # parsed again (in a job, or later)
     fresh = plan_all(config, env=ENV)["b"]   # planned anew: the larger peak counts
     assert fresh["mem_gb_per_node"] == 7.4 > planned["mem_gb_per_node"] == 2.5
+
+
+def test_the_report_puts_a_right_sized_run_next_to_the_job_it_learned_from(tmp_path):
+    from airetrain.report.render import markdown
+    from airetrain.report.table import run_row
+
+    results, scratch = tmp_path / "results", tmp_path / "scratch"
+    first = {"processes": 2, "time_min": {"stage": 10, "train": 60, "promote": 10}, "train": {"epochs": 10}}
+    finished_run(results, scratch, "a", first, "4242")
+    record(results, [{"run": "a", "source": "sacct", "mem_used_mb": 800.0, "cpus": 2, "cpu_eff": 0.6,
+                      "elapsed_s": 240.0}])
+    sized = plan_all({"roots": {"scratch": str(scratch)}, "runs": {"b": {**first, "resources": "measured"}}},
+                     env=ENV)["b"]
+    (results / "b").mkdir()
+    (results / "b" / "plan.json").write_text(json.dumps(sized))
+    row = run_row(results / "b")
+    row.update(mem_eff=0.62, time_eff=0.31, mem_alloc_mb=sized["slurm"]["mem_mb"])   # as sacct would fill them
+    from airetrain.report.history import learned
+    text = learned(sized, row, scratch)
+    assert row["learned_from"].startswith("job 4242 of a (")
+    # a asked for 4 GB and 80 min and used 800 MB and 4 min; b asked for 1 GB (the floor)
+    assert text == (f"used MemEff 62.0% of 1.00 GB, TimeEff 31.0% of {sized['time_min']['total']} min; "
+                    "learned from job 4242 of a: MemEff 19.5% of 4.00 GB, TimeEff 5.0% of 80 min")
+    shown = markdown([{**row, "right_sizing": text}], ["run", "right_sizing"])
+    assert f"Right-sized runs (resources: measured):\n- **b**: {text}" in shown
+
+
+def test_the_advice_names_the_config_line_that_applies_it():
+    from airetrain.report.advice import advise
+
+    row = {"run": "a", "world_size": 2, "job_state": "COMPLETED", "mem_eff": 0.1, "mem_used_mb": 100.0,
+           "mem_alloc_mb": 1000.0, "time_eff": 0.1, "elapsed_s": 60.0, "timelimit_s": 600.0}
+    tips = advise(row)
+    assert "(time_min: stage, train and promote add up to it)" in tips[1]
+    assert tips[-1].startswith("to ask for what this run used, set resources: measured in runs.a (or in defaults)")
+    assert advise({**row, "learned_from": "job 1 of a"})[-1].startswith("its requests were already right-sized")
+    assert not any("resources: measured" in tip for tip in advise({**row, "world_size": None}))   # any SLURM job
+    assert advise({**row, "mem_eff": 0.9, "time_eff": 0.9}) == []   # nothing to change, nothing to apply
