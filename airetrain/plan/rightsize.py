@@ -3,7 +3,9 @@
 For a run whose profile (report.history) matches finished runs in the durable history, the plan
 sets, from the largest peak and the slowest step among them:
 - memory per node: the measured peak x 1.25;
-- cores per rank: the measured busy cores per node x 1.25, over the ranks of a node;
+- cores per rank: the measured busy cores per node x 1.25, over the ranks of a node (the busy cores
+  include the loader's workers), at least data.workers + 1 where the workers are set, and as
+  configured where the measured run waited for data (its loader needs the cores it had);
 - time: stage and promote as measured x 1.3; train as seconds per step x this run's steps x 1.3,
   plus the measured start-up (the train step's wall time beyond its training loop), plus the stop
   margin.
@@ -21,6 +23,7 @@ from pathlib import Path
 from ..report.history import everything, profile, profile_id
 
 MEM_HEADROOM, CPU_HEADROOM, TIME_HEADROOM = 1.25, 1.25, 1.3
+DATA_BOUND = 0.1   # a measured run waiting for data longer than this keeps its cores: its loader needs them
 MIN_MEM_GB, MIN_MINUTES = 1.0, 1
 
 
@@ -63,10 +66,20 @@ def measured_requests(plan: dict, site: dict, scratch: Path,
         gb = min(max(math.ceil(peak * MEM_HEADROOM / 1024 * 10) / 10, MIN_MEM_GB), site["mem_gb_per_node"])
         requests["mem_gb_per_node"] = {"value": gb, "how": f"peak {peak:.0f} MB per node x {MEM_HEADROOM}"}
     busy = largest(lines, "busy_cores_per_node")
-    if busy is not None:
+    wait = largest(lines, "data_wait_frac")
+    if busy is not None and wait is not None and wait > DATA_BOUND:
+        requests["cpus_per_rank"] = {"value": plan["cpus_per_rank"],
+                                     "how": f"as configured: the measured run waited for data {wait:.0%} of its "
+                                            "step time, so its loader needs the cores it had"}
+    elif busy is not None:
         per_rank = min(max(math.ceil(busy * CPU_HEADROOM / nproc), 1), site["cores_per_node"] // nproc)
-        requests["cpus_per_rank"] = {"value": per_rank,
-                                     "how": f"{busy:.2f} busy cores per node x {CPU_HEADROOM} over {nproc} ranks"}
+        how = f"{busy:.2f} busy cores per node x {CPU_HEADROOM} over {nproc} ranks"
+        workers = plan["config"]["data"]["workers"]
+        if workers is not None and workers + 1 > per_rank:   # the loader's workers and the rank itself
+            per_rank, how = min(workers + 1, site["cores_per_node"] // nproc), f"{how}, raised to data.workers + 1"
+        elif workers is None:
+            how += f"; data.workers follows: {per_rank - 1} (cpus_per_rank - 1)"
+        requests["cpus_per_rank"] = {"value": per_rank, "how": how}
     step_s = largest(lines, "seconds_per_step")
     steps = planned_steps(lines, plan)
     if step_s is not None and steps is not None:

@@ -133,3 +133,28 @@ def test_the_advice_names_the_config_line_that_applies_it():
     assert advise({**row, "learned_from": "job 1 of a"})[-1].startswith("its requests were already right-sized")
     assert not any("resources: measured" in tip for tip in advise({**row, "world_size": None}))   # any SLURM job
     assert advise({**row, "mem_eff": 0.9, "time_eff": 0.9}) == []   # nothing to change, nothing to apply
+
+
+def test_right_sized_cores_leave_the_loader_what_it_needs(tmp_path):
+    from conftest import synthetic_history
+
+    scratch = tmp_path / "scratch"
+    base = {"gpus": 3, "cpus_per_rank": 8, "batch": {"global": 96}, "train": {"epochs": 2}}
+
+    def sized(extra: dict, data_wait: float) -> dict:
+        config = {"roots": {"scratch": str(scratch)}, "runs": {"r": {**base, **extra}}}
+        (scratch / "airetrain").mkdir(parents=True, exist_ok=True)
+        for old in (scratch / "airetrain").glob("*/history.jsonl"):
+            old.unlink()
+        line = synthetic_history(scratch, plan_all(config, env=ENV)["r"], "7", seconds_per_step=0.5, steps=100)
+        line["measured"].update(busy_cores_per_node=3.0, data_wait_frac=data_wait)
+        (scratch / "airetrain/r/history.jsonl").write_text(json.dumps(line) + "\n")
+        config["runs"]["r"]["resources"] = "measured"
+        return plan_all(config, env=ENV)["r"]["right_sized"]["cpus_per_rank"]
+
+    fed = sized({}, 0.02)   # 3 busy cores x 1.25 over 3 ranks: 2 each, and the workers follow
+    assert fed["value"] == 2 and fed["how"].endswith("data.workers follows: 1 (cpus_per_rank - 1)")
+    assert sized({"data": {"workers": 4}}, 0.02) == {
+        "value": 5, "how": "3.00 busy cores per node x 1.25 over 3 ranks, raised to data.workers + 1"}
+    starved = sized({}, 0.3)   # the loader could not keep up with 8 cores a rank: they stay
+    assert starved["value"] == 8 and "waited for data 30%" in starved["how"]
