@@ -45,7 +45,7 @@ COLUMNS = {
     "device": "cuda or cpu: what the ranks trained on",
     "strategy": "ddp or fsdp",
     "samples_per_s": "training throughput over all ranks",
-    "mfu": "model FLOPs utilisation against the GPU's bf16 peak (0-1; GPU only)",
+    "mfu": "model FLOPs utilisation against the GPU's bf16 peak after the warm-up steps (0-1; GPU only)",
     "data_wait_frac": "share of step time spent waiting for the data loader (0-1)",
     "stage_files": "files the stage step copied onto the fast root, or found unchanged (packed: its shards)",
     "stage_mb": "MB of the staged dataset",
@@ -142,6 +142,7 @@ def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
             row[key] = train.get(key)
         for name, value in (train.get("eval_metrics") or {}).items():
             row.setdefault(f"eval_{name}", value)
+        row["mfu"] = train.get("steady_mfu") or train.get("mfu")   # what the run sustains, not its compilation
         row["job_id"] = train.get("slurm_job_id") or row.get("job_id")
         if train.get("gpu_util_mean") is not None:
             row["gpu_util"] = round(train["gpu_util_mean"] / 100 if train["gpu_util_mean"] > 1

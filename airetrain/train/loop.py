@@ -126,7 +126,7 @@ def main(argv=None) -> Trained:
     gpu = metrics.GpuSampler(d.device)
     curves = Curves(out / "tensorboard", step) if d.is_main and cfg["train"]["tensorboard"] else None
     progress = Progress(d, plan, total_steps, out / "metrics.jsonl", curves,
-                        lambda: {"lr": optimizer.param_groups[0]["lr"], **gpu.latest()})
+                        lambda: {"lr": optimizer.param_groups[0]["lr"], **gpu.latest()}, start_step=step)
     hang = watchdog.start(d, plan)   # every rank's heartbeat: steps, saves, evaluation batches
     stopped = None
     for epoch in range(position.epoch, epochs):
@@ -139,7 +139,7 @@ def main(argv=None) -> Trained:
             progress.step_done(step, epoch, loss, wait_s, time.perf_counter() - t0)
             hang.beat(step)
             # stop early (deadline, SIGTERM) with a durable checkpoint; otherwise save on schedule
-            if stopped := stopper.check(d.device):
+            if stopped := stopper.poll():
                 log.warning("stopping (%s) after step %d", stopped, step)   # every rank says it
                 ckpt.save(trainer_state(epoch, step_in_epoch), blocking=True)
                 hang.beat()
@@ -150,6 +150,7 @@ def main(argv=None) -> Trained:
         step_in_epoch = 0
         if stopped:
             break
+    stopper.close()
     # throughput counts the training steps and the save stalls, not the last write's background tail
     train_s = metrics.now(d.device) - progress.t_start
     saved = ckpt.finish()

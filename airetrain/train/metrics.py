@@ -8,6 +8,7 @@ import threading
 import time
 
 import torch
+from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..hardware import gpu_facts
@@ -19,9 +20,29 @@ def peak_flops(device: torch.device) -> float | None:
     return facts["bf16_tflops"] * 1e12 if facts else None
 
 
+def _attention(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_flop_count(query, key, value)
+
+
+def _attention_backward(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return 2 * flop_counter.sdpa_flop_count(query, key, value)
+
+
+# Attention's model FLOPs, counted in full (the kernels compute the masked half of a causal mask too):
+# - torch's counter does not know the CPU kernel, whose attention would count 0 FLOPs;
+# - its formula for the GPU kernels' backward adds their recomputation of the scores (2.5 x forward).
+#   MFU counts the model's FLOPs, 2 x forward: recomputation is the kernel's cost, not the model's.
+aten = torch.ops.aten
+ATTENTION = {aten._scaled_dot_product_flash_attention_for_cpu: _attention,
+             aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward,
+             aten._scaled_dot_product_flash_attention_backward: _attention_backward,
+             aten._scaled_dot_product_efficient_attention_backward: _attention_backward,
+             aten._scaled_dot_product_cudnn_attention_backward: _attention_backward}
+
+
 def count_flops(model, objective, batch) -> int:
     """FLOPs of one forward + backward of this micro-batch (torch.utils.flop_counter)."""
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=ATTENTION) as counter:
         objective.loss(objective.forward(model, batch), batch).backward()
     model.zero_grad(set_to_none=True)
     return int(counter.get_total_flops())

@@ -8,9 +8,14 @@ from pathlib import Path
 
 import torch
 
-from . import distributed
+from . import distributed, metrics
 
 log = logging.getLogger("airetrain.train")
+
+
+def warmup_steps(steps: int) -> int:
+    """The steps of a session counted as warm-up: a fifth of them, at most 10; none of 1 step."""
+    return min(10, steps // 5) if steps > 1 else 0
 
 
 class Progress:
@@ -19,7 +24,7 @@ class Progress:
     `step_done`, whose loss average is a collective)."""
 
     def __init__(self, d: distributed.Dist, plan: dict, total_steps: int, metrics_path: Path, curves=None,
-                 extra=lambda: {}):
+                 extra=lambda: {}, start_step: int = 0):
         """curves: where rank 0 also draws each line (curves.Curves, TensorBoard); extra: figures for the
         curves only, read at each log line (the learning rate, the GPU's latest sample)."""
         self.d, self.total_steps, self.curves, self.extra = d, total_steps, curves, extra
@@ -33,6 +38,11 @@ class Progress:
         self.window_steps = 0
         self.t_start = time.perf_counter()
         self._last: dict | None = None   # the last step's line, held for the evaluation
+        # the session's first steps (compilation, the allocator's growth, cuDNN's choices) are kept
+        # out of the steady-state figures: the device is drained once, when they end
+        self.warmup_steps = warmup_steps(total_steps - start_step)
+        self.warmup_s: float | None = None
+        self.t_steady: float | None = None
 
     def new_epoch(self) -> None:
         """The loss window restarts with each epoch, as it does after each log line."""
@@ -48,12 +58,16 @@ class Progress:
         self.step_s += step_s
         self.window_loss += loss
         self.window_steps += 1
+        if self.steps == self.warmup_steps:
+            self.t_steady = metrics.now(self.d.device)
+            self.warmup_s = self.t_steady - self.t_start
+            log.info("warm-up: the first %d step%s took %.2f s (compilation and first iterations); the steady "
+                     "state's figures start after step %d", self.steps, "" if self.steps == 1 else "s",
+                     self.warmup_s, step)
         if step % self.log_every == 0 or step == self.total_steps:
             self._log(step, epoch)
 
     def _log(self, step: int, epoch: int) -> None:
-        if self.d.device.type == "cuda":
-            torch.cuda.synchronize()
         (loss_sum,) = distributed.reduce([self.window_loss.item()])
         self.loss = loss_sum / self.d.world_size / self.window_steps
         self._restart_window()

@@ -1,8 +1,12 @@
 """When to stop early: the job's deadline, or SIGTERM (scancel, preemption, the time limit itself).
 
-Every rank calls `Stopper.check()` after each optimizer step; one all_reduce(MAX) of a small flag
-makes every rank agree, so all stop after the same step (README, "Checkpoints, time limits,
-requeue"). Rank 0 learns the remaining time from `squeue -h -j $SLURM_JOB_ID -o %L` (so an
+The trainer calls `Stopper.poll()` after each optimizer step. It makes every rank agree, so that
+all stop after the same step (README, "Checkpoints, time limits, requeue"), without making the
+host wait: the step's flag goes out in an asynchronous all_reduce(MAX) of a CPU tensor over gloo,
+and the flag sent one step earlier, long since reduced, is read. The reaction comes one step
+later than a blocking check's, and no step waits for the GPU to drain or for a network round
+trip. `check()` is the blocking form, for scripts that ask at points of their own (airetrain.job).
+Rank 0 learns the remaining time from `squeue -h -j $SLURM_JOB_ID -o %L` (so an
 extended time limit counts), refreshed in a background thread; outside SLURM, from
 $AIRETRAIN_END_TIME (Unix seconds) where a user or a test sets one.
 """
@@ -40,6 +44,8 @@ class Stopper:
     def __init__(self, is_main: bool, margin_s: float, refresh_s: float = 60.0, env=None):
         env = os.environ if env is None else env
         self.margin_s = margin_s
+        self._pending: tuple[dist.Work, torch.Tensor] | None = None   # poll's flag in flight
+        self._group = None   # poll's flags travel over gloo, on CPU: with NCCL a group of their own
         self.end_time: float | None = None    # Unix time the job ends (rank 0)
         self.signalled = False
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -66,11 +72,37 @@ class Stopper:
             time.sleep(every)
             self._refresh(job_id)
 
+    def _flag(self) -> int:
+        if self.signalled:
+            return SIGNAL
+        if self.end_time is not None and time.time() > self.end_time - self.margin_s:
+            return DEADLINE
+        return NONE
+
     def check(self, device: torch.device) -> str | None:
-        """A collective: None to go on, else why every rank stops now ("deadline" or "signal")."""
-        flag = SIGNAL if self.signalled else NONE
-        if not flag and self.end_time is not None and time.time() > self.end_time - self.margin_s:
-            flag = DEADLINE
-        tensor = torch.tensor([flag], dtype=torch.int32, device=device)
+        """A blocking collective: None to go on, else why every rank stops now ("deadline" or "signal")."""
+        tensor = torch.tensor([self._flag()], dtype=torch.int32, device=device)
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         return REASONS.get(int(tensor.item()))
+
+    def poll(self) -> str | None:
+        """A collective every rank calls after each step: why every rank stops now, as agreed from the
+        flags of the previous call, or None to go on. It waits only for that earlier reduction, which
+        finished while this step ran."""
+        agreed = None
+        if self._pending is not None:
+            work, tensor = self._pending
+            work.wait()
+            agreed, self._pending = REASONS.get(int(tensor.item())), None
+        if agreed is None:
+            if self._group is None and dist.get_backend() != "gloo":
+                self._group = dist.new_group(backend="gloo")   # every rank reaches here at its first step
+            tensor = torch.tensor([self._flag()], dtype=torch.int32)
+            self._pending = (dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._group, async_op=True), tensor)
+        return agreed
+
+    def close(self) -> None:
+        """Complete the flag still in flight (every rank sent it at its last step)."""
+        if self._pending is not None:
+            self._pending[0].wait()
+            self._pending = None

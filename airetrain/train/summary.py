@@ -25,6 +25,26 @@ def _per_step(seconds: float, steps: int) -> float | None:
     return round(seconds / steps, 6) if steps else None
 
 
+def _steady(progress, train_s: float, global_batch: int, meta: dict, flops_per_step: int, peak_flops: float | None,
+            world: int) -> dict:
+    """The figures of the steps after the warm-up (progress.warmup_steps): what the run sustains,
+    without compilation and first iterations (the saves' stalls stay in, as they do in training)."""
+    steps = progress.steps - progress.warmup_steps
+    seconds = train_s - progress.warmup_s if progress.warmup_s is not None else None
+    if not steps or not seconds or seconds <= 0:
+        return {"warmup_steps": progress.warmup_steps, "warmup_s": None, "steady_steps": 0, "steady_s": None,
+                "steady_samples_per_s": None, "steady_tokens_per_s": None, "steady_achieved_tflops": None,
+                "steady_mfu": None}
+    achieved = flops_per_step * steps / seconds
+    mfu = achieved / (peak_flops * world) if peak_flops else None
+    return {"warmup_steps": progress.warmup_steps, "warmup_s": round(progress.warmup_s, 3), "steady_steps": steps,
+            "steady_s": round(seconds, 3), "steady_samples_per_s": round(steps * global_batch / seconds, 2),
+            "steady_tokens_per_s": round(steps * global_batch * meta["seq_len"] / seconds, 1)
+            if "seq_len" in meta else None,
+            "steady_achieved_tflops": round(achieved / 1e12, 3),
+            "steady_mfu": float(f"{mfu:.4g}") if mfu else None}
+
+
 def train_record(plan: dict, meta: dict, progress, step: int, figures: dict, flops_per_micro: int,
                  peak_flops: float | None, train_s: float, checkpoints, final_wait_s: float,
                  evaluation: dict | None, hosts: list[str], units: dict) -> TrainRecord:
@@ -37,6 +57,7 @@ def train_record(plan: dict, meta: dict, progress, step: int, figures: dict, flo
     achieved = flops_per_step * steps / train_s if steps else None
     mfu = achieved / (peak_flops * world) if achieved and peak_flops else None
     samples = steps * batch["global"]
+    steady = _steady(progress, train_s, batch["global"], meta, flops_per_step, peak_flops, world)
     stalls = checkpoints.stalls
     evaluated = evaluation or {"loss": None, "metrics": {}}
     return TrainRecord(
@@ -55,6 +76,7 @@ def train_record(plan: dict, meta: dict, progress, step: int, figures: dict, flo
         achieved_tflops=round(achieved / 1e12, 3) if achieved else None,
         mfu=float(f"{mfu:.4g}") if mfu else None,   # significant digits: a tiny model's MFU is not 0
         peak_tflops_per_gpu=peak_flops / 1e12 if peak_flops else None,
+        **steady,
         gpu_util_mean=figures["gpu_util_mean"],
         gpu_mem_peak_bytes=figures["gpu_mem_peak_bytes"],
         memory_estimate=plan["memory_estimate"],

@@ -35,3 +35,17 @@ def test_sigterm_stops_after_the_step_in_progress(process_group, sigterm_restore
 def test_no_deadline_outside_slurm_without_an_end_time(process_group, sigterm_restored):
     stopper = Stopper(True, margin_s=10 ** 9, env={})
     assert stopper.end_time is None and stopper.check(CPU) is None
+
+
+def test_poll_agrees_a_step_later_without_waiting_on_this_step(process_group, sigterm_restored):
+    stopper = Stopper(True, margin_s=60, env={})
+    assert stopper.poll() is None   # sends "go on"
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stopper.poll() is None   # reads the earlier "go on", sends "signal"
+    assert stopper.poll() == "signal" and stopper._pending is None   # agreed: nothing more in flight
+    near = Stopper(True, margin_s=60, env={"AIRETRAIN_END_TIME": str(time.time() + 30)})
+    assert [near.poll(), near.poll()] == [None, "deadline"]
+    far = Stopper(True, margin_s=60, env={"AIRETRAIN_END_TIME": str(time.time() + 600)})
+    assert [far.poll() for _ in range(5)] == [None] * 5 and far._pending is not None
+    far.close()
+    assert far._pending is None

@@ -81,12 +81,35 @@ def test_progress_logs_every_n_steps_and_the_last_with_the_windows_mean_loss(pro
     assert all(line["data_wait_frac"] == 0.25 for line in lines)
     assert lines[-1]["eval_loss"] == 0.5 and lines[-1]["eval_accuracy"] == 0.75 and "eval_loss" not in lines[0]
     assert progress.steps == 5 and progress.loss == 9.0
+    assert progress.warmup_steps == 1 and 0 < progress.warmup_s   # a fifth of 5 steps
+
+
+def test_the_warm_up_is_a_fifth_of_the_session_at_most_ten_steps():
+    from airetrain.train.progress import warmup_steps
+    assert [warmup_steps(n) for n in (0, 1, 2, 9, 10, 49, 50, 1000)] == [0, 0, 0, 1, 2, 9, 10, 10]
+
+
+def test_gpt_flops_match_the_analytic_count():
+    """The counted FLOPs of one forward and backward against 6 N T + 12 L T s d: the matmul weights N,
+    the tied head included; T tokens; attention over s positions at width d, counted in full as the
+    kernels compute it, its backward twice its forward (the model's FLOPs, not a kernel's recomputation)."""
+    from airetrain.train.metrics import count_flops
+    from airetrain.train.models import build_model
+
+    vocab, seq, width, depth, batch = 512, 64, 64, 3, 4
+    model = build_model({"name": "gpt", "width": width, "depth": depth, "heads": 4}, {"vocab": vocab, "seq_len": seq})
+    tokens = torch.randint(0, vocab, (batch, seq + 1))
+    counted = count_flops(model, BUILT_IN, (tokens[:, :-1], tokens[:, 1:]))
+    matmul_weights = depth * 12 * width ** 2 + vocab * width
+    T = batch * seq
+    analytic = 6 * matmul_weights * T + 12 * depth * T * seq * width
+    assert counted == pytest.approx(analytic, rel=1e-3), (counted, analytic)
 
 
 def test_train_record_is_a_complete_train_json_with_per_step_figures(process_group):
     plan = {**PLAN, "run": "r", "world_size": 1, "nodes": 1, "device": "cpu", "memory_estimate": None,
             "env": {"OMP_NUM_THREADS": "1"}}
-    progress = SimpleNamespace(steps=4, wait_s=1.0, step_s=4.0, loss=0.5)
+    progress = SimpleNamespace(steps=4, wait_s=1.0, step_s=4.0, loss=0.5, warmup_steps=1, warmup_s=2.0)
     figures = gathered_figures(D, progress, {"gpu_util_mean": None, "gpu_mem_peak_bytes": None})
     checkpoints = SimpleNamespace(stalls=[0.1, 0.3], latest={"path": "/x/step-00000010.pt"})
     record = train_record(plan, {"shape": [3], "classes": 2}, progress, step=10, figures=figures,
@@ -100,4 +123,8 @@ def test_train_record_is_a_complete_train_json_with_per_step_figures(process_gro
     assert record["data_wait_frac"] == 0.25 and record["flops_per_step"] == 2000
     assert record["mfu"] is None and record["achieved_tflops"] == round(2000 * 4 / 8.0 / 1e12, 3)
     assert record["checkpoint_saves"] == 2 and record["checkpoint_stall_s_mean"] == 0.2
+    # the steady state: the 3 steps after the 1-step warm-up, in the 6 s after its 2 s
+    assert (record["warmup_steps"], record["steady_steps"], record["steady_s"]) == (1, 3, 6.0)
+    assert record["steady_samples_per_s"] == 3 * 8 / 6.0 and record["steady_mfu"] is None
+    assert record["steady_achieved_tflops"] == round(2000 * 3 / 6.0 / 1e12, 3)
     assert record["eval_accuracy"] == 0.75 and record["eval_loss"] == 0.6 and record["final_loss"] == 0.5
