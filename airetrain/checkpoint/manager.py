@@ -9,8 +9,9 @@ DDP: rank 0 writes one file. FSDP: torch.distributed.checkpoint writes each rank
 (async_save on a gloo group of its own: on the default group it hangs while training goes on,
 3 times of 3 with torch 2.13 on gloo).
 Training stalls only while the state is copied to CPU memory; the write, the fsyncs, the
-manifest and the copy to scratch run in a background thread, one save at a time, so the newest
-checkpoint is on scratch before the next one starts.
+manifest and the copy to scratch run in the background, one save at a time, so the newest
+checkpoint is on scratch before the next one starts: DDP's in a writer process fed through shared
+memory (checkpoint.writer), FSDP's in DCP's background thread.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict)
 
-from . import store
+from . import store, writer
 from .promote import promote
 from ..plan.roots import run_dir
 
@@ -55,22 +56,27 @@ def set_rng_state(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def cpu_copy(tree, pinned: dict, path: tuple = ()):
+def _pinned(like: torch.Tensor) -> torch.Tensor:
+    return torch.empty(like.shape, dtype=like.dtype, pin_memory=True)
+
+
+def cpu_copy(tree, buffers: dict, shared: bool = False, path: tuple = ()):
     """A copy of every tensor in CPU memory: the training step may change the originals at once.
 
-    GPU tensors go to page-locked buffers kept in `pinned` from one save to the next (allocating
-    them is slow; copying into them is fast and asynchronous); the caller synchronizes."""
+    Into buffers kept in `buffers` from one save to the next (allocating them is slow; copying into
+    them is fast): shared memory for the writer process (shared), page-locked memory for a GPU's
+    tensors (the copy is asynchronous: the caller synchronizes); else a plain clone."""
     if isinstance(tree, torch.Tensor):
-        if tree.device.type != "cuda":
+        if tree.device.type != "cuda" and not shared:
             return tree.detach().clone()
-        buffer = pinned.get(path)
+        buffer = buffers.get(path)
         if buffer is None or buffer.shape != tree.shape or buffer.dtype != tree.dtype:
-            buffer = pinned[path] = torch.empty(tree.shape, dtype=tree.dtype, pin_memory=True)
-        return buffer.copy_(tree.detach(), non_blocking=True)
+            buffer = buffers[path] = (writer.shared_buffer if shared else _pinned)(tree)
+        return buffer.copy_(tree.detach(), non_blocking=tree.device.type == "cuda")
     if isinstance(tree, dict):
-        return {k: cpu_copy(v, pinned, (*path, k)) for k, v in tree.items()}
+        return {k: cpu_copy(v, buffers, shared, (*path, k)) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
-        return type(tree)(cpu_copy(v, pinned, (*path, i)) for i, v in enumerate(tree))
+        return type(tree)(cpu_copy(v, buffers, shared, (*path, i)) for i, v in enumerate(tree))
     return tree
 
 
@@ -95,7 +101,10 @@ class Checkpointer:
         self.latest: dict | None = None     # the newest checkpoint that is durable and verified
         self.stalls: list[float] = []       # seconds training waited per save, all in
         self.waits: list[float] = []        # ... of which waiting for the previous save to finish
-        self._pinned: dict = {}             # page-locked staging buffers, reused (GPU runs)
+        self._buffers: dict = {}            # staging buffers, reused: shared for the writer, else page-locked
+        # DDP's background saves go to a writer process (checkpoint.writer); FSDP's to DCP's async_save
+        self._writer = writer.Writer() if d.is_main and self.background and not self.sharded else None
+        self._shared: bool | None = None   # decided at the first save, once the state's size is known
 
     # ---- saving
     def save(self, trainer: dict, blocking: bool = False) -> None:
@@ -112,10 +121,15 @@ class Checkpointer:
             model_state, optim_state = self.par.full_state(self.optimizer)  # a collective
             job = None
             if self.d.is_main:   # the buffers are free: the previous save has finished (wait above)
-                state = cpu_copy({"model": model_state, "optimizer": optim_state, "trainer": trainer}, self._pinned)
+                tree = {"model": model_state, "optimizer": optim_state, "trainer": trainer}
+                shared = self._use_writer(tree)
+                state = cpu_copy(tree, self._buffers, shared)
                 if self.d.device.type == "cuda":
                     torch.cuda.synchronize(self.d.device)
-                job = self._save_file(state)
+                if shared:
+                    self._writer.submit(state, self.dir, trainer["step"], self.fingerprint, self.keep, self.durable)
+                else:
+                    job = self._save_file(state)
         waited = time.perf_counter() - t0
         if job is not None:
             if self.background and not blocking:
@@ -127,6 +141,19 @@ class Checkpointer:
             self.wait()
             dist.barrier()
         self.stalls.append(waited if not blocking else time.perf_counter() - t0)
+
+    def _use_writer(self, tree: dict) -> bool:
+        """Whether this save goes to the writer process: where shared memory has room for the state
+        (a container's /dev/shm may be small; a full one would kill the trainer with SIGBUS)."""
+        if self._shared is None and self._writer is not None:
+            need, free = writer.tree_bytes(tree), writer.shm_free_bytes()
+            self._shared = free is not None and free > 1.2 * need
+            if not self._shared:
+                log.warning("checkpoints are written by a thread: %s has %s MB free for a %.0f MB state",
+                            writer.SHM, "?" if free is None else f"{free / 1e6:.0f}", need / 1e6)
+                self._writer.close()
+                self._writer = None
+        return bool(self._shared)
 
     def _save_file(self, state: dict):
         def job():
@@ -176,6 +203,11 @@ class Checkpointer:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._writer is not None:
+            try:
+                self.latest = self._writer.wait() or self.latest
+            except RuntimeError as e:
+                raise RuntimeError(f"saving a checkpoint failed: {e}") from e
         if self._error is not None:
             error, self._error = self._error, None
             raise RuntimeError(f"saving a checkpoint failed: {error}") from error
@@ -183,6 +215,9 @@ class Checkpointer:
     def finish(self) -> dict | None:
         """Every rank: the last save is written and durable. Returns its durable entry (rank 0)."""
         self.wait()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         dist.barrier()
         return self.latest
 
