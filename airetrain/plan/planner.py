@@ -117,6 +117,13 @@ def _trainer_checks(name, run, device, problems) -> list[str]:
                         "from; remove it for CPU runs")
     if run["fsdp_cpu_offload"] and run["strategy"] == "ddp":
         problems.append(f"runs.{name}.fsdp_cpu_offload applies to FSDP only; set strategy: fsdp or remove it")
+    if run["channels_last"] and (run["model"]["name"] in ("vit", "gpt") or
+                                 (run["model"]["name"] == "unet" and run["model"]["dims"] == 3)):
+        problems.append(f"runs.{name}.channels_last applies to 2D convolutional models (small_cnn, resnet18, unet "
+                        f"with dims: 2, or your own), not to {run['model']['name']}"
+                        + (" with dims: 3" if run["model"]["name"] == "unet" else "") + "; remove it")
+    if run["ddp_bucket_mb"] != 25 and run["strategy"] == "fsdp":
+        problems.append(f"runs.{name}.ddp_bucket_mb applies to DDP; FSDP reduces per unit: remove it")
     if run["model"]["name"] in ("vit", "gpt") and run["model"]["width"] % run["model"]["heads"]:
         problems.append(f"runs.{name}.model.heads = {run['model']['heads']} does not divide model.width = "
                         f"{run['model']['width']}")

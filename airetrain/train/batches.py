@@ -26,9 +26,14 @@ def _map(fn, batch):
     return batch
 
 
-def to_device(batch, device: torch.device):
-    """Every tensor of batch on device; non-blocking (the loader pins memory on CUDA)."""
-    return _map(lambda t: t.to(device, non_blocking=True), batch)
+def to_device(batch, device: torch.device, memory_format: torch.memory_format | None = None):
+    """Every tensor of batch on device; non-blocking (the loader pins memory on CUDA). With a memory
+    format (channels_last), the batch's 4-D floating-point tensors (images) take it."""
+    def move(t: torch.Tensor) -> torch.Tensor:
+        t = t.to(device, non_blocking=True)
+        return t.contiguous(memory_format=memory_format) if memory_format and t.dim() == 4 \
+            and t.is_floating_point() else t
+    return _map(move, batch)
 
 
 def first_rows(batch, rows: int):

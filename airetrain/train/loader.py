@@ -66,7 +66,8 @@ def training_data(plan: dict, target: str | None, d) -> TrainData:
     rng = torch.Generator()
     loader = DataLoader(train_set, batch_size=per_device, sampler=sampler, drop_last=True,
                         num_workers=workers, persistent_workers=workers > 0, generator=rng,
-                        prefetch_factor=4 if workers > 0 else None, pin_memory=d.device.type == "cuda")
+                        prefetch_factor=cfg["data"]["prefetch"] if workers > 0 else None,
+                        pin_memory=d.device.type == "cuda")
     steps_per_epoch = len(loader) // accum
     if steps_per_epoch == 0:
         raise SystemExit(f"the training set ({len(train_set)} samples) is smaller than one global batch "

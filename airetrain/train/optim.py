@@ -7,9 +7,11 @@ import torch
 
 
 def make_optimizer(cfg: dict, params) -> torch.optim.Optimizer:
+    fused = {} if cfg.get("fused") is None else {"fused": cfg["fused"]}   # None: torch's own choice
     if cfg["name"] == "sgd":
-        return torch.optim.SGD(params, lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"])
-    return torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+        return torch.optim.SGD(params, lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"],
+                               **fused)
+    return torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"], **fused)
 
 
 def lr_factor(step: int, warmup: int, total_steps: int, schedule: str) -> float:

@@ -24,6 +24,10 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 class Parallel:
     def __init__(self, model: nn.Module, plan: dict, device: torch.device):
         self.strategy = plan["strategy"]
+        # the format the training step gives 4-D inputs: the model's own, set before wrapping
+        self.memory_format = torch.channels_last if plan["config"]["channels_last"] else None
+        if self.memory_format is not None:
+            model.to(memory_format=self.memory_format)
         self.model = model
         self.units = find_units(model, plan["config"]["model"].get("fsdp_units"))
         units = [u for u in self.units.units if any(p.requires_grad for p in u.module.parameters())]
@@ -45,7 +49,7 @@ class Parallel:
         else:
             # gradients live in the all-reduce buckets: one copy fewer per step
             self.wrapped = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                               gradient_as_bucket_view=True)
+                               gradient_as_bucket_view=True, bucket_cap_mb=plan["config"]["ddp_bucket_mb"])
         if plan["config"]["compile"] and device.type == "cuda":
             self.wrapped = torch.compile(self.wrapped)
 

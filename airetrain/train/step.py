@@ -30,7 +30,7 @@ def train_step(par, objective, batches, optimizer, scaler, scheduler, accum: int
         t0 = time.perf_counter()
         batch = next(batches)
         wait_s += time.perf_counter() - t0
-        batch = batch_tools.to_device(batch, device)
+        batch = batch_tools.to_device(batch, device, par.memory_format)
         with par.grad_sync(micro == accum - 1):
             with autocast(device, precision, par.autocast_needed()):
                 loss = objective.loss(objective.forward(par.wrapped, batch), batch) / accum

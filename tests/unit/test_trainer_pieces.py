@@ -20,7 +20,8 @@ from airetrain.train.summary import gathered_figures, train_record
 D = Dist(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
 BUILT_IN = Objective({"loss": None, "forward": None, "metrics": None})
 PLAN = {"strategy": "ddp", "activation_checkpointing": False, "precision": "fp32",
-        "config": {"compile": False, "fsdp_cpu_offload": False, "model": {"fsdp_units": None},
+        "config": {"compile": False, "fsdp_cpu_offload": False, "model": {"fsdp_units": None}, "channels_last": False,
+                   "ddp_bucket_mb": 25,
                    "train": {"log_every_steps": 2, "epochs": 1}},
         "batch": {"global": 8, "per_device": 4, "grad_accum": 2}}
 
@@ -128,3 +129,39 @@ def test_train_record_is_a_complete_train_json_with_per_step_figures(process_gro
     assert record["steady_samples_per_s"] == 3 * 8 / 6.0 and record["steady_mfu"] is None
     assert record["steady_achieved_tflops"] == round(2000 * 3 / 6.0 / 1e12, 3)
     assert record["eval_accuracy"] == 0.75 and record["eval_loss"] == 0.6 and record["final_loss"] == 0.5
+
+
+def test_the_faster_paths_are_options_that_take_effect(process_group):
+    from airetrain.plan.planner import plan_all
+    from airetrain.train import batches
+    from airetrain.train.models import build_model
+    from airetrain.train.optim import make_optimizer
+    from airetrain.train.parallel import Parallel
+
+    plan = plan_all({"runs": {"r": {"processes": 1, "strategy": "ddp", "channels_last": True, "ddp_bucket_mb": 50,
+                                    "optim": {"fused": True}}}}, env={"HOME": "/nonexistent"})["r"]
+    model = build_model(plan["config"]["model"], {"shape": [1, 8, 8], "classes": 10})
+    par = Parallel(model, plan, torch.device("cpu"))
+    conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert par.wrapped.bucket_bytes_cap == 50 * 1024 * 1024
+    x, y = batches.to_device((torch.randn(4, 1, 8, 8).permute(0, 1, 3, 2), torch.arange(4)), torch.device("cpu"),
+                             par.memory_format)
+    assert x.is_contiguous(memory_format=torch.channels_last) and y.dim() == 1   # images only
+    assert make_optimizer(plan["config"]["optim"], model.parameters()).defaults["fused"] is True
+    assert make_optimizer({**plan["config"]["optim"], "fused": None}, model.parameters()).defaults["fused"] is None
+
+
+@pytest.mark.parametrize("run, message", [
+    ({"channels_last": True, "model": {"name": "gpt"}, "data": {"name": "synthetic", "vocab": 64}},
+     "runs.r.channels_last applies to 2D convolutional models"),
+    ({"channels_last": True, "model": {"name": "unet", "dims": 3}, "data": {"name": "shapes3d"}},
+     "not to unet with dims: 3"),
+    ({"ddp_bucket_mb": 100, "strategy": "fsdp"}, "runs.r.ddp_bucket_mb applies to DDP"),
+])
+def test_faster_paths_where_they_cannot_apply_are_refused(run, message):
+    from airetrain.errors import ConfigError
+    from airetrain.plan.planner import plan_all
+
+    with pytest.raises(ConfigError, match=message):
+        plan_all({"runs": {"r": run}}, env={"HOME": "/nonexistent"})
