@@ -48,6 +48,40 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     commit(tmp, path)
 
 
+class _Hashing:
+    """A file to write through that hashes and counts what passes."""
+
+    def __init__(self, f):
+        self.f, self.sha256, self.size = f, hashlib.sha256(), 0
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        self.size += len(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def write_stream_atomic(path: str | Path, produce) -> tuple[int, str]:
+    """produce(file) writes the content through a temporary file, fsynced and renamed into place;
+    returns its size and sha256, hashed as the bytes pass (no copy of the whole content in memory)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            out = _Hashing(f)
+            produce(out)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    commit(tmp, path)
+    return out.size, out.sha256.hexdigest()
+
+
 def write_json_atomic(path: str | Path, obj) -> None:
     write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
 

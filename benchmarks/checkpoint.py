@@ -4,15 +4,15 @@ One process (gloo, world size 1) holds a model of 6 x Linear(2048, 2048) (100 MB
 its AdamW state (200 MB more). The baseline serializes that state with torch.save into a file and
 fsyncs it, as a training loop without background saving would, before the next step. airetrain's
 Checkpointer.save returns once the state is copied to CPU memory; the write, fsync, manifest and
-promotion to the durable directory run in the background (DDP: the writer process; --thread: the
-former writer thread in the training process, for comparison; FSDP: DCP's async_save), and the next
+promotion to the durable directory run in the background (DDP: a writer process or a thread,
+--writer; FSDP: DCP's async_save), and the next
 save waits for them (so any wait counts as stall too). Both save every --every training steps. The
 background work also competes with training for the CPU, so the total cost of a save is its stall
 plus the slowdown of the training steps between saves, against the steps without saves in flight.
 Goal: total <= 0.2 x the synchronous time.
 
     python benchmarks/checkpoint.py [--saves 5] [--every 10] [--dir PATH] [--strategy ddp|fsdp] [--device cuda]
-                                    [--thread]
+                                    [--writer auto|process|thread]
 
 On a GPU (--device cuda) the copy is device to host memory, and the training step runs on the GPU.
 """
@@ -70,8 +70,8 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
     ap.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--thread", action="store_true", help="DDP: write in a thread of the training process, "
-                                                          "as before the writer process")
+    ap.add_argument("--writer", choices=["auto", "process", "thread"], default="auto",
+                    help="DDP's background writer (checkpoint.writer; auto: process on GPUs, thread on CPU)")
     args = ap.parse_args()
     device = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533"})
@@ -81,7 +81,7 @@ def main() -> None:
     tmp = Path(args.dir or tempfile.mkdtemp(prefix="ckpt-bench-"))
     config = {"roots": {"scratch": str(tmp / "scratch"), "tmp_shared": str(tmp / "fast")},
               "runs": {"bench": {"strategy": args.strategy, "precision": "fp32", "gpus": int(device.type == "cuda"),
-                                 "checkpoint": {"keep": 2, "every_steps": 1}}}}
+                                 "checkpoint": {"keep": 2, "every_steps": 1, "writer": args.writer}}}}
     plan = plan_all(config, env={"HOME": "/nonexistent"})["bench"]
     net = model().to(device)
     par = Parallel(net, plan, device)
@@ -97,9 +97,6 @@ def main() -> None:
         quiet_steps += [train_step(par, optimizer, device) for _ in range(args.every)]
 
     ckpt = Checkpointer(Dist(0, 0, 1, device), par, optimizer, plan, tmp / "fast", False)
-    if args.thread and ckpt._writer is not None:
-        ckpt._writer.close()
-        ckpt._writer, ckpt._shared = None, False
     time.sleep(5)   # the writer process's start-up (imports) happens while a real run loads its data
     busy_steps = []
     for i in range(args.saves):
@@ -123,8 +120,7 @@ def main() -> None:
           f"{', '.join(f'{s * 1000:.0f}' for s in ckpt.waits)} ms (nonzero: saves closer together than one write)")
     slowdown = max(busy - quiet, 0.0) * args.every
     total = stall + slowdown
-    how = "thread" if args.strategy == "ddp" and args.thread else \
-        "writer process" if args.strategy == "ddp" else "DCP async_save"
+    how = "DCP async_save" if args.strategy == "fsdp" else "writer process" if ckpt._shared else "thread"
     print(f"ratio stall / synchronous: {stall / base:.3f}")
     print(f"total per save ({how}): stall {stall * 1000:.0f} ms + slowed steps {slowdown * 1000:.0f} ms = "
           f"{total * 1000:.0f} ms; ratio total / synchronous: {total / base:.3f} (goal <= 0.2)")

@@ -102,8 +102,11 @@ class Checkpointer:
         self.stalls: list[float] = []       # seconds training waited per save, all in
         self.waits: list[float] = []        # ... of which waiting for the previous save to finish
         self._buffers: dict = {}            # staging buffers, reused: shared for the writer, else page-locked
-        # DDP's background saves go to a writer process (checkpoint.writer); FSDP's to DCP's async_save
-        self._writer = writer.Writer() if d.is_main and self.background and not self.sharded else None
+        # DDP's background saves go to a writer process (checkpoint.writer) or a thread (checkpoint.writer
+        # in the config); FSDP's to DCP's async_save
+        kind = cfg["writer"] if cfg["writer"] != "auto" else ("process" if d.device.type == "cuda" else "thread")
+        self._writer = writer.Writer() if d.is_main and self.background and not self.sharded and kind == "process" \
+            else None
         self._shared: bool | None = None   # decided at the first save, once the state's size is known
 
     # ---- saving

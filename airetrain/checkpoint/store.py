@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-from ..fsutil import commit, fsync_dir, read_json, sha256_file, write_bytes_atomic, write_json_atomic
+from ..fsutil import (commit, fsync_dir, read_json, sha256_file, write_bytes_atomic, write_json_atomic,
+                      write_stream_atomic)
 
 log = logging.getLogger("airetrain.checkpoint.store")
 MANIFEST = "manifest.json"
@@ -136,14 +137,13 @@ def serialize(state: dict) -> memoryview:
 
 
 def write_file(state: dict, directory: str | Path, step: int, fingerprint: str) -> dict:
-    """DDP: serialize, write to a temporary name, fsync, rename, fsync the directory. Not yet recorded."""
-    directory = Path(directory)
-    data = serialize(state)
-    final = directory / file_name(step)
-    write_bytes_atomic(final, data)
+    """DDP: serialize straight into a temporary name (hashed as it is written: no copy of the whole
+    file in memory), fsync, rename, fsync the directory. Not yet recorded."""
+    final = Path(directory) / file_name(step)
+    size, sha256 = write_stream_atomic(final, lambda f: torch.save(state, f))
     trainer = state["trainer"]
-    return {"file": final.name, "kind": FILE, "step": step, "epoch": trainer["epoch"], "size": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(), "fingerprint": fingerprint, "path": str(final)}
+    return {"file": final.name, "kind": FILE, "step": step, "epoch": trainer["epoch"], "size": size,
+            "sha256": sha256, "fingerprint": fingerprint, "path": str(final)}
 
 
 def commit_dir(partial: Path, trainer: dict, fingerprint: str) -> dict:

@@ -23,7 +23,7 @@ CPU = torch.device("cpu")
 def checkpointer(tmp_path) -> tuple[Checkpointer, dict]:
     config = {"roots": {"scratch": str(tmp_path / "scratch"), "tmp_shared": str(tmp_path / "fast")},
               "runs": {"w": {"processes": 1, "strategy": "ddp", "precision": "fp32",
-                             "checkpoint": {"keep": 2, "every_steps": 1}}}}
+                             "checkpoint": {"keep": 2, "every_steps": 1, "writer": "process"}}}}
     plan = plan_all(config, env={"HOME": "/nonexistent"})["w"]
     net = nn.Linear(64, 64)
     optimizer = torch.optim.AdamW(net.parameters())
@@ -99,3 +99,13 @@ def test_short_shared_memory_falls_back_to_a_thread(process_group, tmp_path, mon
     assert ckpt.finish()["step"] == 1
     assert "checkpoints are written by a thread: /dev/shm has 0 MB free" in caplog.text
     assert ckpt.latest["verified"]
+
+
+def test_auto_writes_cpu_runs_in_a_thread(process_group, tmp_path):
+    ckpt, plan = checkpointer(tmp_path)
+    ckpt._writer.close()
+    plan["config"]["checkpoint"]["writer"] = "auto"
+    auto = Checkpointer(Dist(0, 0, 1, CPU), ckpt.par, ckpt.optimizer, plan, tmp_path / "fast", False)
+    assert auto._writer is None   # on CPU the thread costs less in all (benchmarks/checkpoint.py)
+    auto.save(trainer(1, plan))
+    assert auto._thread is not None and auto.finish()["step"] == 1
