@@ -48,16 +48,20 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     commit(tmp, path)
 
 
-class _Hashing:
-    """A file to write through that hashes and counts what passes."""
+class HashingWriter:
+    """A file to write through that hashes and counts what passes (a whole file's sha256 without a
+    second read: a checkpoint as torch.save writes it, a shard as tarfile does)."""
 
     def __init__(self, f):
-        self.f, self.sha256, self.size = f, hashlib.sha256(), 0
+        self.f, self.hash, self.size = f, hashlib.sha256(), 0
 
     def write(self, data) -> int:
-        self.sha256.update(data)
+        self.hash.update(data)
         self.size += len(data)
         return self.f.write(data)
+
+    def tell(self) -> int:
+        return self.size
 
     def flush(self) -> None:
         self.f.flush()
@@ -71,7 +75,7 @@ def write_stream_atomic(path: str | Path, produce) -> tuple[int, str]:
     tmp = tmp_name(path)
     try:
         with open(tmp, "wb") as f:
-            out = _Hashing(f)
+            out = HashingWriter(f)
             produce(out)
             f.flush()
             os.fsync(f.fileno())
@@ -79,7 +83,7 @@ def write_stream_atomic(path: str | Path, produce) -> tuple[int, str]:
         tmp.unlink(missing_ok=True)
         raise
     commit(tmp, path)
-    return out.size, out.sha256.hexdigest()
+    return out.size, out.hash.hexdigest()
 
 
 def write_json_atomic(path: str | Path, obj) -> None:

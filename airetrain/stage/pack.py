@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from ..fsutil import fsync_dir, read_json, write_bytes_atomic, write_json_atomic
+from ..fsutil import HashingWriter, fsync_dir, read_json, write_bytes_atomic, write_json_atomic
 from .copy import PACK_WORK, StageError, default_threads, listing_digest, scan
 
 FORMAT = "airetrain-shards/1"
@@ -91,21 +91,6 @@ def plan_shards(files: dict[str, tuple[int, int]], shard_bytes: int) -> list[lis
     return [s for s in shards if s]
 
 
-class _HashingWriter:
-    """The shard file, hashed as tarfile writes it: the shard's sha256 costs no second read."""
-
-    def __init__(self, f):
-        self.f, self.hash, self.size = f, hashlib.sha256(), 0
-
-    def write(self, data) -> int:
-        self.hash.update(data)
-        self.size += len(data)
-        return self.f.write(data)
-
-    def tell(self) -> int:
-        return self.size
-
-
 class _HashingReader:
     """A member's source file, hashed as tarfile copies it into the shard."""
 
@@ -130,7 +115,7 @@ def write_shard(src: str, dest: str, index: int, members: list[str], sizes: list
     tmp = dest_path / f".{final.name}.{os.getpid()}.tmp"
     rows = []
     with open(tmp, "wb") as raw:
-        out = _HashingWriter(raw)
+        out = HashingWriter(raw)
         with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for rel, size in zip(members, sizes):
                 info = tarfile.TarInfo(rel)
