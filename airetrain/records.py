@@ -135,9 +135,10 @@ class TrainRecord(TypedDict):
     achieved_tflops: Doc[Optional[float], "model TFLOP/s achieved, all ranks"]
     mfu: Doc[Optional[float], "model FLOPs utilisation against the GPUs' bf16 peak (0-1; GPU only), over the "
                               "whole session (warm-up included)"]
-    warmup_steps: Doc[int, "the session's first steps, kept out of the steady-state figures (a fifth, at most 10)"]
+    warmup_steps: Doc[Optional[int], "the session's first steps, kept out of the steady-state figures (a fifth, "
+                                     "at most 10; none: a user's script)"]
     warmup_s: Doc[Optional[float], "seconds of the warm-up steps (compilation, first iterations)"]
-    steady_steps: Doc[int, "steps after the warm-up"]
+    steady_steps: Doc[Optional[int], "steps after the warm-up"]
     steady_s: Doc[Optional[float], "seconds of the steady steps (checkpoint stalls included)"]
     steady_samples_per_s: Doc[Optional[float], "throughput after the warm-up, all ranks"]
     steady_tokens_per_s: Doc[Optional[float], "tokens per second after the warm-up, for sequence models"]

@@ -81,7 +81,9 @@ def script_train_record(plan: dict, metrics: list[dict], seconds: float, files: 
     unknown = dict.fromkeys(("tokens_per_s", "step_time_s", "data_wait_s_per_step", "compute_s_per_step",
                              "flops_per_step", "achieved_tflops", "mfu", "peak_tflops_per_gpu", "gpu_util_mean",
                              "gpu_mem_peak_bytes", "data_wait_frac", "peak_mem_bytes", "eval_loss",
-                             "eval_accuracy", "checkpoint_stall_s_mean"))
+                             "eval_accuracy", "checkpoint_stall_s_mean", "warmup_steps", "warmup_s", "steady_steps",
+                             "steady_s", "steady_samples_per_s", "steady_tokens_per_s", "steady_achieved_tflops",
+                             "steady_mfu"))
     return TrainRecord(
         **unknown, run=plan["run"], world_size=plan["world_size"], nodes=plan["nodes"], strategy="script",
         precision=plan["precision"], device=plan["device"], global_batch=batch["global"],
