@@ -97,7 +97,8 @@ def main() -> None:
         quiet_steps += [train_step(par, optimizer, device) for _ in range(args.every)]
 
     ckpt = Checkpointer(Dist(0, 0, 1, device), par, optimizer, plan, tmp / "fast", False)
-    time.sleep(5)   # the writer process's start-up (imports) happens while a real run loads its data
+    if ckpt._writer is not None:
+        time.sleep(5)   # the writer process's start-up (imports) happens while a real run loads its data
     busy_steps = []
     for i in range(args.saves):
         ckpt.save({"step": i + 1, "epoch": 0, "step_in_epoch": i + 1, "config": plan["config"],

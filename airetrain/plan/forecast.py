@@ -26,6 +26,7 @@ from ..errors import ConfigError
 from ..report.history import profile, profile_id
 from ..units import format_duration
 from .rightsize import largest, planned_steps
+from .table import aligned
 
 LAYOUT_KEYS = ("world_size", "nodes")   # what a profile may differ in and still predict another layout
 STARTS_AT = re.compile(r"to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
@@ -175,7 +176,5 @@ def format_forecast(name: str, rows: list[dict], at: datetime | None = None) -> 
                       format_duration(row["wait_s"]) if row["start"] else "?", duration,
                       row["finish"][11:16] if row["finish"] else "?",
                       row["duration_how"] if row["start"] else f"{row['start_how']}; {row['duration_how']}"])
-    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
     title = f"run {name}: forecast at {at.strftime('%Y-%m-%d %H:%M')} (* finishes first; nothing was queued)"
-    return "\n".join([title, fmt(header), *map(fmt, table)])
+    return "\n".join([title, *aligned([header, *table])])

@@ -1,5 +1,14 @@
-"""The plan of every run as one table, printed by the workflow and by `airetrain plan`."""
+"""The plan of every run as one table, printed by the workflow and by `airetrain plan`; and the
+aligned columns every text table of the commands is printed in."""
 from __future__ import annotations
+
+
+def aligned(table: list[list[str]], rule: bool = False) -> list[str]:
+    """The rows (the header first) in left-aligned columns two spaces apart; rule: dashes under the header."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    if rule:
+        table = [table[0], ["-" * w for w in widths], *table[1:]]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
 
 
 def format_table(plans: dict[str, dict]) -> str:
@@ -16,12 +25,10 @@ def format_table(plans: dict[str, dict]) -> str:
             f"{b['global']} = {b['per_device']} x {p['world_size']} x {b['grad_accum']}",
             p["strategy"], p["precision"],
         ])
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
     measured = [f"{name}: resources measured, from {p['right_sized']['from']}: " + "; ".join(
         f"{key} {_value(req['value'])} ({req['how']})" for key, req in p["right_sized"].items()
         if isinstance(req, dict)) for name, p in plans.items() if p.get("right_sized")]
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows), *measured])
+    return "\n".join([*aligned([header, *rows], rule=True), *measured])
 
 
 def _value(value) -> str:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from ..fsutil import read_json
+from ..plan.table import aligned
 from ..units import human_mb
 
 HISTORY = "history.jsonl"
@@ -131,8 +132,7 @@ def format_history(lines: list[dict]) -> str:
             _mb(m["mem_peak_mb_per_node"]), _mb(r["mem_mb_per_node"]),
             _fmt(m["busy_cores_per_node"]) + f"/{r['cpus_per_node']}", _fmt(m["seconds_per_step"]), str(m["steps"]),
             _fmt(m["stage_s"]), _fmt(m["promote_s"])])
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)
+    return "\n".join(aligned(table))
 
 
 def _fmt(value) -> str:

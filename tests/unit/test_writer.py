@@ -1,6 +1,7 @@
 """checkpoint/writer.py and the checkpointer's use of it: DDP checkpoints written by a process of their
 own, at the lowest priority, fed through shared memory; a failed write reported to the trainer; the
 writer gone with the trainer; a thread where shared memory is short."""
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -53,7 +54,7 @@ def test_the_writer_process_writes_and_promotes_at_the_lowest_priority(process_g
     assert all(t.is_shared() for t in ckpt._buffers.values()) and ("model", "weight") in ckpt._buffers
     assert {path: t.data_ptr() for path, t in ckpt._buffers.items()} == first
     assert ckpt._writer is None and not any(p.name == "airetrain-checkpoint-writer"
-                                            for p in __import__("multiprocessing").active_children())
+                                            for p in multiprocessing.active_children())
     assert [e["step"] for e in store.entries(tmp_path / "scratch/airetrain/w/checkpoints")] == [2, 3]   # keep: 2
 
 
