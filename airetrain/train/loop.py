@@ -100,7 +100,7 @@ def main(argv=None) -> Trained:
     probe = first_batch(data.train_set, per_device, d.device)
     flops_per_micro = metrics.micro_batch_flops(model, objective, probe, d.device, precision)
     par = Parallel(model, plan, d.device)
-    optimizer = make_optimizer(cfg["optim"], model.parameters())
+    optimizer = make_optimizer(cfg["optim"], model.parameters(), d.device.type)
     total_steps = data.steps_per_epoch * epochs
     scheduler = make_scheduler(cfg["optim"], optimizer, total_steps)
     scaler = torch.amp.GradScaler(d.device.type, enabled=precision == "fp16")
