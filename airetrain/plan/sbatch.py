@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..units import format_duration
 from .commands import command, run_paths
+from .environment import APPENDED
 from .planner import datasets_to_prepare
 
 PLAN_END = "AIRETRAIN_PLAN_END"
@@ -49,7 +50,7 @@ def script(plan: dict, workdir: str | Path, repo: str | Path) -> str:
         "set -euo pipefail",
         f"cd {q(str(workdir))}",
         f"export PYTHONPATH={q(str(repo))}${{PYTHONPATH:+:$PYTHONPATH}}",
-        *(f"export {k}={q(v)}" for k, v in sorted(plan["env"].items())),
+        *(f"export {k}={q(v)}" + (f"${{{k}:+:${k}}}" if k in APPENDED else "") for k, v in sorted(plan["env"].items())),
         f"mkdir -p {q(paths['out'])}",
         f"cat > {q(paths['plan'])} <<'{PLAN_END}'",
         plan_json,

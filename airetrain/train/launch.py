@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ..records import LAUNCH_ID, STOPPED, StopRecord, hangs, read_record, record_stop
+from ..plan.environment import with_user_settings
 from .lock import RunLock
 
 
@@ -114,7 +115,7 @@ def run(plan: dict, script: str, script_args: list[str], out: str, extra_env: di
     in a SLURM job, SLURM signals the step itself, so it is not sent twice. after_exit runs once the
     ranks have exited, before a stopped run is requeued (script mode's last checkpoint copy)."""
     launch = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}"   # hangs of one launch are counted together
-    env = {**os.environ, **plan["env"], **(extra_env or {}), LAUNCH_ID: launch}
+    env = {**with_user_settings(plan["env"], os.environ), **(extra_env or {}), LAUNCH_ID: launch}
     cmd = command(plan, script, script_args, env)
     marker = Path(out) / STOPPED
     lock = RunLock(Path(plan["durable_dir"]).parent, env.get("SLURM_JOB_ID"))
