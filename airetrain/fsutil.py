@@ -119,19 +119,43 @@ def copy_atomic(src: str | Path, dst: str | Path, expected_sha256: str | None = 
     return digest
 
 
-def copy_dir_atomic(src: str | Path, dst: str | Path, expected: dict[str, str]) -> None:
+def link_atomic(src: str | Path, dst: str | Path) -> bool:
+    """Give the file src a second name, dst (a hard link made under a temporary name, renamed into
+    place, the directory fsynced); False, with nothing left behind, where src and dst are not on one
+    filesystem or it has no hard links.
+
+    Only for files that are never written again under their names, as the trainer's checkpoints
+    (each save is a new file renamed into place): the durable name then needs no second copy of the
+    bytes, and removing the other name leaves it whole."""
+    src, dst = Path(src), Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_name(dst)
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:   # EXDEV (another filesystem), EPERM or ENOTSUP (no hard links there)
+        return False
+    commit(tmp, dst)
+    return True
+
+
+def copy_dir_atomic(src: str | Path, dst: str | Path, expected: dict[str, str], link: bool = False) -> bool:
     """Copy the files of directory src (names and sha256s in expected) to dst, all or nothing.
 
-    Each file goes through copy_atomic's checks into a temporary sibling directory, which is
-    renamed into place once complete; an existing dst (one that did not verify) is moved aside
-    first and removed only after the new copy is in place."""
+    Each file goes through copy_atomic's checks (or, with link, is hard-linked where it can be:
+    see link_atomic) into a temporary sibling directory, which is renamed into place once complete;
+    an existing dst (one that did not verify) is moved aside first and removed only after the new
+    copy is in place. Returns whether every file was linked."""
     src, dst = Path(src), Path(dst)
     tmp = tmp_name(dst)
+    linked = True
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
         for name, digest in expected.items():
-            copy_atomic(src / name, tmp / name, expected_sha256=digest)
+            if not (link and link_atomic(src / name, tmp / name)):
+                copy_atomic(src / name, tmp / name, expected_sha256=digest)
+                linked = False
         old = dst.with_name(f".{dst.name}.old.{os.getpid()}")
         if dst.exists():
             os.replace(dst, old)
@@ -140,6 +164,7 @@ def copy_dir_atomic(src: str | Path, dst: str | Path, expected: dict[str, str]) 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
+    return linked
 
 
 def read_json(path: str | Path):

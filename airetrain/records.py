@@ -189,7 +189,8 @@ class CheckpointRecord(TypedDict):
     fingerprint: Doc[str, "sha256 of the config it was trained with: a changed config does not resume from it"]
     path: Doc[str, "the durable copy on the scratch root"]
     source: Doc[str, "where it was copied from"]
-    mode: Doc[str, "copied, already durable, or written there"]
+    mode: Doc[str, "copied, linked (a hard link: the fast root and scratch are one filesystem), already durable, "
+                   "or written there"]
     verified: Doc[bool, "its bytes were hashed and it loaded with weights_only=True"]
 
 

@@ -68,6 +68,9 @@ def main() -> None:
     ap.add_argument("--saves", type=int, default=5)
     ap.add_argument("--every", type=int, default=10, help="training steps between saves")
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
+    ap.add_argument("--fast-dir", default=None,
+                    help="the fast root (default: DIR/fast, one filesystem with DIR/scratch, where promotion is a "
+                         "hard link; on another filesystem, e.g. /dev/shm, each checkpoint is copied as on Aire)")
     ap.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--writer", choices=["auto", "process", "thread"], default="auto",
@@ -79,7 +82,8 @@ def main() -> None:
         torch.cuda.set_device(device)
     dist.init_process_group(dist.get_default_backend_for_device(device), rank=0, world_size=1)
     tmp = Path(args.dir or tempfile.mkdtemp(prefix="ckpt-bench-"))
-    config = {"roots": {"scratch": str(tmp / "scratch"), "tmp_shared": str(tmp / "fast")},
+    fast = Path(args.fast_dir) if args.fast_dir else tmp / "fast"
+    config = {"roots": {"scratch": str(tmp / "scratch"), "tmp_shared": str(fast)},
               "runs": {"bench": {"strategy": args.strategy, "precision": "fp32", "gpus": int(device.type == "cuda"),
                                  "checkpoint": {"keep": 2, "every_steps": 1, "writer": args.writer}}}}
     plan = plan_all(config, env={"HOME": "/nonexistent"})["bench"]
@@ -96,7 +100,7 @@ def main() -> None:
         sync_s.append(sync_save(state, tmp / f"sync-{i % 2}.pt"))
         quiet_steps += [train_step(par, optimizer, device) for _ in range(args.every)]
 
-    ckpt = Checkpointer(Dist(0, 0, 1, device), par, optimizer, plan, tmp / "fast", False)
+    ckpt = Checkpointer(Dist(0, 0, 1, device), par, optimizer, plan, fast, False)
     if ckpt._writer is not None:
         time.sleep(5)   # the writer process's start-up (imports) happens while a real run loads its data
     busy_steps = []
@@ -105,12 +109,13 @@ def main() -> None:
                    "scheduler": {}, "scaler": None})
         busy_steps += [train_step(par, optimizer, device) for _ in range(args.every)]
     t0 = time.perf_counter()
-    ckpt.finish()
+    latest = ckpt.finish()
     tail_s = time.perf_counter() - t0
     stall = statistics.median(ckpt.stalls)
     base = statistics.median(sync_s)
     quiet, busy = statistics.mean(quiet_steps), statistics.mean(busy_steps)
-    print(f"state: {state_mb:.0f} MB (model + AdamW), {args.strategy} on {device.type}, {args.saves} saves, in {tmp}")
+    print(f"state: {state_mb:.0f} MB (model + AdamW), {args.strategy} on {device.type}, {args.saves} saves, in {tmp} "
+          f"(fast root {fast}); promoted to scratch: {latest['mode'] if latest else '?'}")
     print(f"training step: {quiet * 1000:.0f} ms; {busy * 1000:.0f} ms while a save runs in the background "
           f"({(busy * args.every - quiet * args.every) * 1000:.0f} ms more per save interval of {args.every} steps)")
     print(f"synchronous torch.save + fsync: median {base * 1000:.0f} ms per save")

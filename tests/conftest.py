@@ -192,6 +192,27 @@ def slurm_cluster():
     return {"SLURM_CONF": env["SLURM_CONF"]}
 
 
+@pytest.fixture
+def fast_elsewhere(tmp_path):
+    """Make tmp_path/fast, the fast root of prepare_training, a directory on another filesystem than
+    tmp_path (/dev/shm, a tmpfs), as Aire's fast root is another filesystem than scratch: checkpoints
+    are then copied to scratch, not hard-linked. Yields how promotion puts them there: "copied", or
+    "linked" where this machine has no such second filesystem with room (the test still runs)."""
+    import shutil
+    import tempfile
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev or shutil.disk_usage(shm).free < 2 << 30:
+        yield "linked"
+        return
+    elsewhere = Path(tempfile.mkdtemp(prefix="airetrain-test-fast-", dir=shm))
+    (tmp_path / "fast").symlink_to(elsewhere, target_is_directory=True)
+    try:
+        yield "copied"
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def process_group(tmp_path_factory):
     """A real one-rank gloo process group in this process: the trainer's pieces that reduce across

@@ -56,22 +56,23 @@ def set_rng_state(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def _pinned(like: torch.Tensor) -> torch.Tensor:
-    return torch.empty(like.shape, dtype=like.dtype, pin_memory=True)
+def _staging(like: torch.Tensor) -> torch.Tensor:
+    """A buffer for a copy of `like` in this process: page-locked for a GPU's tensor, plain for a CPU's."""
+    return torch.empty(like.shape, dtype=like.dtype, pin_memory=like.device.type == "cuda")
 
 
 def cpu_copy(tree, buffers: dict, shared: bool = False, path: tuple = ()):
     """A copy of every tensor in CPU memory: the training step may change the originals at once.
 
-    Into buffers kept in `buffers` from one save to the next (allocating them is slow; copying into
-    them is fast): shared memory for the writer process (shared), page-locked memory for a GPU's
-    tensors (the copy is asynchronous: the caller synchronizes); else a plain clone."""
+    Into buffers kept in `buffers` from one save to the next: allocating a state-sized copy at every
+    save costs a page fault per 4 KiB of it (the allocator hands blocks that large back to the kernel
+    when they are freed), copying into kept buffers costs none. Shared memory for the writer process
+    (shared), page-locked memory for a GPU's tensors (the copy is asynchronous: the caller
+    synchronizes), else plain memory."""
     if isinstance(tree, torch.Tensor):
-        if tree.device.type != "cuda" and not shared:
-            return tree.detach().clone()
         buffer = buffers.get(path)
         if buffer is None or buffer.shape != tree.shape or buffer.dtype != tree.dtype:
-            buffer = buffers[path] = (writer.shared_buffer if shared else _pinned)(tree)
+            buffer = buffers[path] = (writer.shared_buffer if shared else _staging)(tree)
         return buffer.copy_(tree.detach(), non_blocking=tree.device.type == "cuda")
     if isinstance(tree, dict):
         return {k: cpu_copy(v, buffers, shared, (*path, k)) for k, v in tree.items()}
@@ -101,7 +102,7 @@ class Checkpointer:
         self.latest: dict | None = None     # the newest checkpoint that is durable and verified
         self.stalls: list[float] = []       # seconds training waited per save, all in
         self.waits: list[float] = []        # ... of which waiting for the previous save to finish
-        self._buffers: dict = {}            # staging buffers, reused: shared for the writer, else page-locked
+        self._buffers: dict = {}            # staging buffers, reused: shared for the writer, page-locked for GPUs
         # DDP's background saves go to a writer process (checkpoint.writer) or a thread (checkpoint.writer
         # in the config); FSDP's to DCP's async_save
         kind = cfg["writer"] if cfg["writer"] != "auto" else ("process" if d.device.type == "cuda" else "thread")

@@ -10,16 +10,19 @@ from pathlib import Path
 
 from . import store
 from .store import CheckpointError
-from ..fsutil import copy_atomic, copy_dir_atomic
+from ..fsutil import copy_atomic, copy_dir_atomic, link_atomic
 
 
 def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_check: bool = True) -> dict:
     """entry: the checkpoint's manifest entry plus its "path" (train.json's "checkpoint").
 
-    The copy's sha256s are checked as its bytes are written. full_check also reads the durable
-    copy back, hashes it and loads it (weights_only=True): the promote rule does; the trainer's
-    background promotion skips it to stay short. With keep, older checkpoints on scratch are
-    removed, but only after this one is in place there."""
+    Where the fast root and scratch are one filesystem (a laptop's default roots), the durable copy
+    is a hard link to the file just written: no second copy of the bytes to write, hash and store.
+    Elsewhere the copy's sha256s are checked as its bytes are written. full_check also reads the
+    checkpoint back, hashes it and loads it (weights_only=True), before a link is made and after a
+    copy: the promote rule does; the trainer's background promotion skips it to stay short (its
+    file was hashed as it was written). With keep, older checkpoints on scratch are removed, but
+    only after this one is in place there."""
     if store.kind(entry) == store.MIRROR:
         return promote_mirror(entry, durable_dir)
     src, durable_dir = Path(entry["path"]), Path(durable_dir)
@@ -31,12 +34,20 @@ def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_
             store.verify(dst, entry)
             mode = "already durable"
     except (CheckpointError, FileNotFoundError, NotADirectoryError):
-        if store.kind(entry) == store.DCP:
-            copy_dir_atomic(src, dst, entry["files"])
-        else:
-            copy_atomic(src, dst, expected_sha256=entry["sha256"])
         mode = "copied"
-    if full_check or mode == "written there":
+        if store.kind(entry) == store.DCP:
+            if full_check:
+                store.verify(src, entry)
+            if copy_dir_atomic(src, dst, entry["files"], link=True):
+                mode = "linked"
+        else:
+            if full_check:
+                store.verify(src, entry)   # a corrupt file is never given a durable name
+            if link_atomic(src, dst):
+                mode = "linked"
+            else:
+                copy_atomic(src, dst, expected_sha256=entry["sha256"])
+    if (full_check and mode == "copied") or mode == "written there":
         store.verify(dst, entry)  # raises if it does not hash or load
     store.record(durable_dir, entry, keep)
     return {**{k: v for k, v in entry.items() if k != "path"}, "path": str(dst), "source": str(src),

@@ -186,20 +186,25 @@ def test_gpu_resume_after_kill_is_bit_exact(tmp_path, strategy):
     assert summary["device"] == "cuda" and summary["gpu_mem_peak_bytes"] > 0
 
 
-def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, reference):
-    """20 SIGKILLs of the launcher, torchrun and the workers at random moments of training and saving.
+KILLS = 14
+
+
+def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, reference, fast_elsewhere):
+    """14 SIGKILLs (KILLS) of the launcher, torchrun and the workers at random moments of training and saving,
+    with the fast root on another filesystem than scratch, as on Aire (fast_elsewhere): each checkpoint
+    is copied to scratch in the background, and kills land in the copies too.
 
     Each life is killed once it has trained (a new durable checkpoint), at a random moment up to 0.5 s
     later, and at the latest once the fast root shows it has trained its share of the steps: the share
-    keeps the 20 lives well inside the run on any machine, however fast (the random delay alone let a
+    keeps the lives well inside the run on any machine, however fast (the random delay alone let a
     fast machine finish the run first)."""
     out, cmd = prepare_training(tmp_path, LONG)
     fast = tmp_path / "fast" / "airetrain" / "t" / "checkpoints"
     rng = random.Random(1)
     progress = []
-    for kill in range(20):
+    for kill in range(KILLS):
         before = newest_step(durable_dir(tmp_path))
-        share = before + max(3, (STEPS * 6 // 10 - before) // (20 - kill))
+        share = before + max(3, (STEPS * 6 // 10 - before) // (KILLS - kill))
         proc = start(cmd, tmp_path / "launch.log")
         wait_for(lambda: newest_step(durable_dir(tmp_path)) > before or proc.poll() is not None,
                  what="progress")
@@ -217,7 +222,10 @@ def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, re
         assert found and found[2]["step"] == max(newest_step(fast), newest_step(durable_dir(tmp_path)))
         progress.append(found[2]["step"])
     assert progress == sorted(progress) and progress[-1] < STEPS
-    print(f"20 kills, resumed from steps {progress}")
+    shared = {e["file"] for e in store.entries(fast)} & {e["file"] for e in store.entries(durable_dir(tmp_path))}
+    assert shared and all((os.stat(fast / name).st_ino == os.stat(durable_dir(tmp_path) / name).st_ino)
+                          == (fast_elsewhere == "linked") for name in shared), fast_elsewhere
+    print(f"{KILLS} kills, resumed from steps {progress}; checkpoints {fast_elsewhere} to scratch")
     run(cmd)
     summary = read_json(out / "train.json")
     assert summary["steps"] == STEPS and summary["resumed_from_step"] == progress[-1]

@@ -21,25 +21,52 @@ def make_checkpoint(directory, step=10, size_mb=1):
     return entry
 
 
-def test_promote_copies_verifies_and_records(tmp_path):
+def test_promote_copies_verifies_and_records(tmp_path, fast_elsewhere):
     entry = make_checkpoint(tmp_path / "fast")
     result = promote(entry, tmp_path / "scratch" / "ckpt")
     dst = tmp_path / "scratch" / "ckpt" / "step-00000010.pt"
-    assert result["verified"] and result["path"] == str(dst) and result["mode"] == "copied"
+    assert result["verified"] and result["path"] == str(dst) and result["mode"] == fast_elsewhere
+    assert fast_elsewhere == "linked" or os.stat(dst).st_ino != os.stat(entry["path"]).st_ino
     assert sha256_file(dst) == entry["sha256"] == result["sha256"]
     assert torch.load(dst, weights_only=True)["trainer"]["step"] == 10
     assert [c[2]["file"] for c in store.candidates([dst.parent], "f")] == ["step-00000010.pt"]
     assert promote(entry, tmp_path / "scratch" / "ckpt")["mode"] == "already durable"
 
 
-def test_a_corrupt_source_is_never_promoted(tmp_path):
+@pytest.mark.parametrize("background", [False, True])
+def test_a_corrupt_source_is_never_promoted(tmp_path, fast_elsewhere, background):
+    """Copied (the fast root on another filesystem): the copy's hash refuses it, also in the trainer's
+    background promotion. Linked: the promote rule's full check refuses it before the link is made."""
+    if background and fast_elsewhere == "linked":
+        pytest.skip("a link is checked by the promote rule, not by the background promotion")
     entry = make_checkpoint(tmp_path / "fast")
     with open(entry["path"], "r+b") as f:
         f.seek(1000)
         f.write(b"\x00\xff")
-    with pytest.raises(OSError, match="sha256"):
-        promote(entry, tmp_path / "scratch")
-    assert list((tmp_path / "scratch").iterdir()) == []  # not even a temporary file is left
+    with pytest.raises((OSError, CheckpointError), match="sha256"):
+        promote(entry, tmp_path / "scratch", full_check=not background)
+    scratch = tmp_path / "scratch"
+    assert not scratch.exists() or list(scratch.iterdir()) == []  # not even a temporary file is left
+
+
+def test_on_one_filesystem_the_durable_checkpoint_is_a_hard_link(tmp_path):
+    """A laptop's default roots (both under ./.airetrain): no second copy of the bytes. Removing the
+    fast root's name (keep, or the job's purge) leaves the durable one whole; a corrupt file is
+    refused before it gets a durable name."""
+    entry = make_checkpoint(tmp_path / "fast")
+    result = promote(entry, tmp_path / "scratch", full_check=False)
+    dst = tmp_path / "scratch" / "step-00000010.pt"
+    assert result["mode"] == "linked" and os.stat(dst).st_ino == os.stat(entry["path"]).st_ino
+    assert [e["file"] for e in store.entries(tmp_path / "scratch")] == ["step-00000010.pt"]
+    os.unlink(entry["path"])
+    assert store.verify(dst, result)["trainer"]["step"] == 10
+    bad = make_checkpoint(tmp_path / "fast", step=20)
+    with open(bad["path"], "r+b") as f:
+        f.seek(1000)
+        f.write(b"\x00\xff")
+    with pytest.raises(CheckpointError, match="sha256"):
+        promote(bad, tmp_path / "scratch")
+    assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == ["manifest.json", "step-00000010.pt"]
 
 
 def test_a_file_that_does_not_load_is_refused(tmp_path):
