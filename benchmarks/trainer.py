@@ -1,11 +1,18 @@
 """airetrain's trainer against a plain reference loop: same model, data, global batch, 2 ranks, gloo.
 
-Both run under torchrun with 2 processes on CPU, alternating, and report samples/s over their
-training loops (start-up excluded for both; airetrain's includes its logging all-reduces, its
-stop flag and its end-of-training checkpoint's stall). Each repeat runs the two back to back, and the
-spread of the per-repeat ratios states the noise. Goal: ratio >= 1.00.
+All run under torchrun with 2 processes on CPU and report samples/s over their training loops
+(start-up excluded for each; airetrain's includes its logging all-reduces, its stop flag and its
+end-of-training checkpoint's stall). Three arms per repeat, back to back, in an order that rotates
+from repeat to repeat (so that neither side always runs first):
+- the plain loop (torch's default AdamW);
+- airetrain with its defaults (on CPU the fused AdamW, measured faster);
+- airetrain with `optim.fused: false`, the plain loop's optimizer;
+- the plain loop with airetrain's allocator settings for CPU training (GLIBC_TUNABLES): against the
+  arm above, what is left is the loop's own cost.
+Each repeat's ratios against its plain run are the measurement; their median, mean and standard
+error state the noise. Goal: ratio >= 1.00.
 
-    python benchmarks/trainer.py [--repeats 3] [--epochs 2]
+    python benchmarks/trainer.py [--repeats 8] [--epochs 2]
 """
 from __future__ import annotations
 
@@ -19,21 +26,23 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from airetrain.plan.environment import CPU_MALLOC  # noqa: E402
 MODEL = {"name": "small_cnn", "width": 64, "depth": 6, "heads": 4, "patch_size": 4}
 DATA = {"name": "synthetic", "samples": 4096, "shape": [1, 28, 28], "classes": 10, "vocab": None, "seq_len": 256,
         "path": None, "workers": 0, "verify_sha256": False}
 PER_DEVICE, WORLD = 64, 2
 
 
-def plain(epochs: int) -> float:
+def plain(epochs: int, env: dict | None = None) -> float:
     cfg = {"model": MODEL, "data": DATA, "per_device": PER_DEVICE, "epochs": epochs}
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}",
-                          str(REPO / "benchmarks" / "plain_ddp.py"), json.dumps(cfg)],
-                         check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}).stdout
+                          str(REPO / "benchmarks" / "plain_ddp.py"), json.dumps(cfg)], check=True, capture_output=True,
+                         text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}).stdout
     return json.loads(out.strip().splitlines()[-1])["samples_per_s"]
 
 
-def ours(tmp: Path, epochs: int) -> float:
+def ours(tmp: Path, epochs: int, optim: dict | None = None) -> float:
     from airetrain.plan.planner import plan_all
     from airetrain.plan.roots import Root
     from airetrain.records import PlanRecord, StageRecord, write_record
@@ -44,7 +53,7 @@ def ours(tmp: Path, epochs: int) -> float:
                                  "data": {k: DATA[k] for k in ("name", "samples", "shape", "classes", "workers")},
                                  "batch": {"global": PER_DEVICE * WORLD, "per_device": PER_DEVICE},
                                  "train": {"epochs": epochs, "log_every_steps": 20},
-                                 "checkpoint": {"every_epochs": 1000}}}}
+                                 "checkpoint": {"every_epochs": 1000}, "optim": optim or {}}}}
     plan = plan_all(config, env={"HOME": "/nonexistent"})["bench"]
     out = tmp / "results"
     for old in (tmp / "fast").rglob("*"):  # never resume: every repeat trains from scratch
@@ -61,27 +70,40 @@ def ours(tmp: Path, epochs: int) -> float:
     return json.loads((out / "train.json").read_text())["samples_per_s"]
 
 
+PLAIN_TUNED = "plain loop + allocator settings"
+ARMS = {"plain DDP loop": None, "airetrain": {}, "airetrain, optim.fused: false": {"fused": False}, PLAIN_TUNED: None}
+
+
+def stats(values: list[float]) -> str:
+    spread = (f", mean {statistics.mean(values):.3f} +- {statistics.stdev(values) / len(values) ** 0.5:.3f} "
+              f"(standard error), range {min(values):.3f}-{max(values):.3f}") if len(values) > 1 else ""
+    return f"median {statistics.median(values):.3f}{spread}"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=8)
     p.add_argument("--epochs", type=int, default=2)
     args = p.parse_args()
-    a, b = [], []
+    rates: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    names = list(ARMS)
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
-            a.append(ours(Path(tmp), args.epochs))
-            b.append(plain(args.epochs))
-            print(f"  repeat {r}: airetrain {a[-1]:.0f} samples/s, plain loop {b[-1]:.0f} samples/s")
-    ratios = [x / y for x, y in zip(a, b)]   # each repeat's pair ran back to back: the fairest comparison
-    print(f"model small_cnn(width 64) on 1x28x28, global batch {PER_DEVICE * WORLD}, {WORLD} ranks gloo, bf16")
-    print(f"airetrain trainer : {statistics.median(a):.0f} samples/s (median of {args.repeats}; "
-          f"{min(a):.0f}-{max(a):.0f})")
-    print(f"plain DDP loop    : {statistics.median(b):.0f} samples/s (median of {args.repeats}; "
-          f"{min(b):.0f}-{max(b):.0f})")
-    print(f"ratio             : {statistics.median(a) / statistics.median(b):.3f} of the medians (goal >= 1.00); "
-          f"per repeat {', '.join(f'{r:.3f}' for r in ratios)}: median {statistics.median(ratios):.3f}, "
-          f"spread {min(ratios):.3f}-{max(ratios):.3f}"
-          + (f", stdev {statistics.stdev(ratios):.3f}" if len(ratios) > 1 else ""))
+            order = names[r % len(names):] + names[:r % len(names)]
+            for arm in order:
+                optim = ARMS[arm]
+                rates[arm].append(ours(Path(tmp), args.epochs, optim) if optim is not None else
+                                  plain(args.epochs, {"GLIBC_TUNABLES": CPU_MALLOC} if arm == PLAIN_TUNED else None))
+            print(f"  repeat {r}: " + ", ".join(f"{arm} {rates[arm][-1]:.0f}" for arm in names) + " samples/s")
+    print(f"model small_cnn(width 64) on 1x28x28, global batch {PER_DEVICE * WORLD}, {WORLD} ranks gloo, bf16, "
+          f"{args.repeats} repeats of {args.epochs} epochs")
+    for arm in names:
+        print(f"{arm:31s}: {statistics.median(rates[arm]):.0f} samples/s (median; "
+              f"{min(rates[arm]):.0f}-{max(rates[arm]):.0f})")
+    pairs = [(arm, names[0]) for arm in names[1:]] + [("airetrain, optim.fused: false", PLAIN_TUNED)]
+    for arm, against in pairs:
+        ratios = [x / y for x, y in zip(rates[arm], rates[against])]   # each repeat's arms ran back to back
+        print(f"ratio {arm} / {against}: {stats(ratios)}; per repeat " + ", ".join(f"{x:.3f}" for x in ratios))
 
 
 if __name__ == "__main__":
