@@ -1,7 +1,7 @@
 """Time limits and scancel on the real SLURM test cluster (tests/slurm/up.sh).
 
 One Snakemake invocation runs three copies of the same training:
-- stop: a 3-minute job that stops at its deadline, checkpoints, requeues itself and finishes;
+- stop: a 4-minute job that stops at its deadline, checkpoints, requeues itself and finishes;
 - ref: the same training with time to spare (the uninterrupted result);
 - victim: cancelled with scancel mid-training; a second invocation resumes it, and only it;
 - script-stop: a user's own script (script mode) that stops at its deadline through airetrain.job.
@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slurm
 TRAINING = {"processes": 2, "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
             "train": {"epochs": 60, "log_every_steps": 100}, "checkpoint": {"every_steps": 20}}
 STEPS = 60 * (1437 // 64)
+SCRIPT_STEPS = 120
 
 
 def durable(work, run_name):
@@ -52,16 +53,18 @@ def interrupted(slurm_cluster, tmp_path_factory):
         "roots": {"scratch": str(work / "scratch")},
         "defaults": TRAINING,
         "runs": {
-            # a 3-minute job that stops 2.5 minutes before its end: ~30 s after it starts
-            "stop": {"time_min": {"stage": 1, "train": 1, "promote": 1},
-                     "checkpoint": {"every_steps": 20, "stop_margin_min": 2.5}},
+            # a 4-minute job that stops 3 minutes before its end, 60 s after it starts: the first session
+            # shares the cores with the other three and cannot finish in that time; the second can
+            "stop": {"time_min": {"stage": 1, "train": 2, "promote": 1},
+                     "checkpoint": {"every_steps": 20, "stop_margin_min": 3}},
             "ref": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
             "victim": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
-            # 80 slow steps (40 s): the same 3-minute job and margin stop it part-way
-            "script-stop": {"data": {"name": "synthetic"}, "time_min": {"stage": 1, "train": 1, "promote": 1},
-                            "checkpoint": {"stop_margin_min": 2.5},
+            # 120 slow steps (60 s, longer than a session's 60 s less its start-up): the same 4-minute
+            # job and margin stop it part-way
+            "script-stop": {"data": {"name": "synthetic"}, "time_min": {"stage": 1, "train": 2, "promote": 1},
+                            "checkpoint": {"stop_margin_min": 3},
                             "train": {"script": str(work / "train.py"),
-                                      "args": ["--steps", "80", "--step-seconds", "0.5"]}},
+                                      "args": ["--steps", str(SCRIPT_STEPS), "--step-seconds", "0.5"]}},
         },
     })
     (work / "train.py").write_text(WITH_JOB)
@@ -172,11 +175,11 @@ def test_a_users_script_at_its_time_limit_stops_requeues_and_ends_as_uninterrupt
     work, env = interrupted[0], interrupted[1]
     stopped = stops(work / "scratch" / "airetrain" / "script-stop")
     assert stopped and {(s["reason"], s["action"]) for s in stopped} == {("deadline", "requeued")}, stopped
-    assert 0 < stopped[0]["step"] < 80
+    assert 0 < stopped[0]["step"] < SCRIPT_STEPS
     job = stopped[0]["slurm_job_id"]
     assert "JobState=COMPLETED" in run(["scontrol", "show", "job", job], env=env).stdout
     assert read_json(work / "results/script-stop/checkpoint.json")["verified"]
-    reference, cmd = script_run(tmp_path, WITH_JOB, steps=80)   # the same script, uninterrupted, locally
+    reference, cmd = script_run(tmp_path, WITH_JOB, steps=SCRIPT_STEPS)   # the same script, uninterrupted, locally
     run(cmd)
     assert_identical(flatten(torch.load(work / "results/script-stop/final.pt", weights_only=True)),
                      flatten(torch.load(reference / "final.pt", weights_only=True)), at_least=2)

@@ -38,7 +38,7 @@ def test_status_shows_pending_training_done_and_failed(slurm_cluster, tmp_path, 
         "roots": {"scratch": str(work / "scratch")},
         "runs": {
             "a": {**STAND_IN, "gpus": 3, "batch": {"global": 96, "per_device": 32},
-                  "train": {"epochs": 80, "log_every_steps": 5}},
+                  "train": {"epochs": 40, "log_every_steps": 5}},
             "b": {"gpus": 0, "processes": 2, "slurm": {"partition": "standard"}, "train": {"epochs": 1}},
             "c": {"gpus": 0, "processes": 1, "slurm": {"partition": "standard"}, "train": {"script": "boom.py"}},
         }})
