@@ -178,7 +178,7 @@ def test_the_documented_unet_config_reaches_its_stated_dice(tmp_path):
     cfg["roots"] = {"scratch": str(tmp_path / "scratch")}
     snakemake(tmp_path, write_config(tmp_path / "unet.yaml", cfg), "--cores", "2")
     train = read_json(tmp_path / "results/shapes-unet/train.json")
-    assert train["eval_metrics"]["dice"] >= 0.8   # the README states 0.83
+    assert train["eval_metrics"]["dice"] >= 0.8   # the README states 0.95 (0.86-0.95 over three seeds)
     assert (tmp_path / "scratch/datasets/shapes/files.json").is_file()
     report = (tmp_path / "results/report/efficiency.md").read_text()
     assert "eval_dice" in report

@@ -63,13 +63,14 @@ def test_models_without_blocks_train_under_forced_fsdp(tmp_path, ownlab, model, 
 
 UNET = {"processes": 2, "precision": "fp32", "batch": {"global": 32, "per_device": 16},
         "model": {"name": "unet", "width": 8, "levels": 3}, "data": {"name": "shapes"}, "optim": {"lr": 0.01},
-        "train": {"epochs": 5, "log_every_steps": 16}}
-DICE = 0.75   # measured: 0.83 after 5 epochs, with DDP and with FSDP alike
+        "train": {"epochs": 8, "log_every_steps": 16}}
+# measured: 0.92 after 8 epochs with DDP, 0.93 with FSDP (after 5: 0.83 with torch's AdamW, 0.71 with the fused one)
+DICE = 0.75
 
 
 def test_the_unet_segments_the_shapes_and_resumes_bit_exactly_after_a_kill(tmp_path):
     summary = killed_and_resumed_equals_uninterrupted(tmp_path, {**UNET, "checkpoint": {"every_steps": 4}},
-                                                      steps=5 * 16)
+                                                      steps=8 * 16)
     assert summary["eval_metrics"]["dice"] > DICE and summary["eval_accuracy"] > 0.95
     assert summary["parallel_units"] == {"how": "repeated blocks of up", "count": 3, "classes": {"ConvBlock": 3}}
 
