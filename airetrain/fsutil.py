@@ -119,6 +119,14 @@ def copy_atomic(src: str | Path, dst: str | Path, expected_sha256: str | None = 
     return digest
 
 
+def same_filesystem(path: str | Path, other: str | Path) -> bool:
+    """Whether path and other (or other's nearest existing parent) are on one filesystem."""
+    other = Path(other).absolute()
+    while not other.exists():
+        other = other.parent
+    return os.stat(path).st_dev == os.stat(other).st_dev
+
+
 def link_atomic(src: str | Path, dst: str | Path) -> bool:
     """Give the file src a second name, dst (a hard link made under a temporary name, renamed into
     place, the directory fsynced); False, with nothing left behind, where src and dst are not on one

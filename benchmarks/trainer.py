@@ -2,7 +2,7 @@
 
 All run under torchrun with 2 processes on CPU and report samples/s over their training loops
 (start-up excluded for each; airetrain's includes its logging all-reduces, its stop flag and its
-end-of-training checkpoint's stall). Three arms per repeat, back to back, in an order that rotates
+end-of-training checkpoint's stall). Four arms per repeat, back to back, in an order that rotates
 from repeat to repeat (so that neither side always runs first):
 - the plain loop (torch's default AdamW);
 - airetrain with its defaults (on CPU the fused AdamW, measured faster);

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from . import store
 from .store import CheckpointError
-from ..fsutil import copy_atomic, copy_dir_atomic, link_atomic
+from ..fsutil import copy_atomic, copy_dir_atomic, link_atomic, same_filesystem
 
 
 def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_check: bool = True) -> dict:
@@ -34,19 +34,15 @@ def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_
             store.verify(dst, entry)
             mode = "already durable"
     except (CheckpointError, FileNotFoundError, NotADirectoryError):
-        mode = "copied"
+        if full_check and same_filesystem(src, durable_dir):
+            store.verify(src, entry)   # a corrupt file is never linked; a copy checks the bytes it copies
         if store.kind(entry) == store.DCP:
-            if full_check:
-                store.verify(src, entry)
-            if copy_dir_atomic(src, dst, entry["files"], link=True):
-                mode = "linked"
+            linked = copy_dir_atomic(src, dst, entry["files"], link=True)
         else:
-            if full_check:
-                store.verify(src, entry)   # a corrupt file is never given a durable name
-            if link_atomic(src, dst):
-                mode = "linked"
-            else:
+            linked = link_atomic(src, dst)
+            if not linked:
                 copy_atomic(src, dst, expected_sha256=entry["sha256"])
+        mode = "linked" if linked else "copied"
     if (full_check and mode == "copied") or mode == "written there":
         store.verify(dst, entry)  # raises if it does not hash or load
     store.record(durable_dir, entry, keep)
