@@ -36,7 +36,7 @@ def _forecast(args, plans: dict) -> None:
     from .plan import config as cfg
     from .plan.forecast import format_forecast
     from .plan.planner import forecast_run
-    from .plan.roots import Root
+    from .roots import Root
 
     top, runs = cfg.resolve(_load_config(args.configfile, args.right_size))
     at = datetime.now().astimezone()
@@ -58,7 +58,7 @@ def _forecast(args, plans: dict) -> None:
 
 def _plan(args) -> None:
     from .plan.planner import resolve_strategy
-    from .plan.table import format_table
+    from .plan.overview import format_table
 
     plans = {name: resolve_strategy(plan) for name, plan in _load_plans(args.configfile, args.right_size).items()}
     if args.forecast:
@@ -104,12 +104,12 @@ def _doctor(args) -> None:
 
 
 def _prepare(args) -> None:
-    from .stage.datasets import PREPARED
-    print(PREPARED[args.dataset](args.dest))
+    from .stage.prepare import prepare
+    print(prepare(args.dataset, args.dest))
 
 
 def _pack(args) -> None:
-    from .stage.copy import StageError
+    from .stage.transfer import StageError
     from .stage.pack import pack
 
     try:
@@ -139,11 +139,11 @@ def _stage(args) -> None:
 
 def _launch(args) -> None:
     from .records import PlanRecord, read_record
-    from .train.launch import run
+    from .train.launcher.launch import run
 
     plan = read_record(args.plan, PlanRecord)
     if plan["script"]:   # the user's own script, run as it is
-        from .train.script_run import run_script
+        from .train.launcher.script import run_script
         sys.exit(run_script(plan, args.stage, args.out))
     script_args = ["--plan", args.plan, "--stage", args.stage, "--out", args.out]
     code = run(plan, args.script, script_args, args.out)
@@ -152,7 +152,8 @@ def _launch(args) -> None:
 
 def _promote(args) -> None:
     from .checkpoint.promote import promote
-    from .records import CheckpointRecord, PlanRecord, RunRecord, TrainRecord, read_record, run_record, write_record
+    from .records import CheckpointRecord, PlanRecord, RunRecord, TrainRecord, read_record, write_record
+    from .run_log import run_record
 
     plan, train = read_record(args.plan, PlanRecord), read_record(args.train, TrainRecord)
     result = promote(train["checkpoint"], plan["durable_dir"], plan["config"]["checkpoint"]["keep"])
@@ -166,7 +167,7 @@ def _promote(args) -> None:
 def _history(args) -> None:
     import json
 
-    from .report.history import everything, format_history
+    from .history import everything, format_history
 
     plans = _load_plans(args.configfile)
     roots = sorted({Path(plan["roots"]["scratch"]) for plan in plans.values()})
@@ -198,7 +199,7 @@ def _status(args) -> None:
 
 def _report(args) -> None:
     from .report.render import markdown, to_markdown, write
-    from .report.table import frame, jobs_rows, table
+    from .report.collection import frame, jobs_rows, table
 
     if args.jobs or args.since:
         if args.runs:
@@ -216,7 +217,7 @@ def _report(args) -> None:
         df = table(args.results, args.runs)
         results = args.results
         if args.out:   # the pipeline's report: the finished runs join their durable history
-            from .report.history import record
+            from .history import record
             added = record(Path(args.results), df.to_dict("records"))
             print(f"history: {len(added)} new line{'s' if len(added) != 1 else ''} "
                   f"({', '.join(line['run'] for line in added) or 'every run was recorded already'})")

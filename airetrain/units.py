@@ -30,11 +30,6 @@ def format_duration(seconds: float) -> str:
     return f"{days}-{text}" if days else text
 
 
-def human_mb(mb: float) -> str:
-    """MB as seff prints memory: GB (of 1024 MB) with two decimals from 1 GB on, else whole MB."""
-    return f"{mb / 1024:.2f} GB" if mb >= 1024 else f"{mb:.0f} MB"
-
-
 def size_mb(text: str | None) -> float:
     """MB (MiB) of a SLURM size; a bare number is MB; anything else is 0."""
     m = _SIZE.fullmatch(text or "")

@@ -33,8 +33,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airetrain.checkpoint.manager import Checkpointer  # noqa: E402
-from airetrain.train.distributed import Dist  # noqa: E402
-from airetrain.train.parallel import Parallel  # noqa: E402
+from airetrain.train.parallel.process_group import Dist  # noqa: E402
+from airetrain.train.parallel.wrap import Parallel  # noqa: E402
 from airetrain.plan.planner import plan_all  # noqa: E402
 
 

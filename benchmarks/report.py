@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from airetrain.report import sacct  # noqa: E402
-from airetrain.report.table import jobs_table  # noqa: E402
+from airetrain.report.collection import jobs_table  # noqa: E402
 from sacct_synthetic import synthetic as synthetic_sacct  # noqa: E402
 
 

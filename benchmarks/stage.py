@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from airetrain.stage.copy import stage
+from airetrain.stage.transfer import copy_dataset
 
 
 def make_tree(root: Path, files: int, seed: int = 0, name=lambda i: f"d{i // 1000:03d}/f{i:06d}.bin") -> int:
@@ -62,12 +62,12 @@ def main() -> None:
 
             drop_target(tmp / "stage")
             t = time.perf_counter()
-            first = stage(src, tmp / "stage")
+            first = copy_dataset(src, tmp / "stage")
             stage_t.append(time.perf_counter() - t)
             assert first["copied_files"] == args.files
 
             t = time.perf_counter()
-            again = stage(src, tmp / "stage")
+            again = copy_dataset(src, tmp / "stage")
             restage_t.append(time.perf_counter() - t)
             assert again["mode"] == "unchanged"
             print(f"  repeat {r}: rsync {rsync_t[-1]:.2f} s, stage {stage_t[-1]:.2f} s, "

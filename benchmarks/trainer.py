@@ -27,7 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from airetrain.plan.environment import CPU_MALLOC  # noqa: E402
+from airetrain.environment import CPU_MALLOC  # noqa: E402
 MODEL = {"name": "small_cnn", "width": 64, "depth": 6, "heads": 4, "patch_size": 4}
 DATA = {"name": "synthetic", "samples": 4096, "shape": [1, 28, 28], "classes": 10, "vocab": None, "seq_len": 256,
         "path": None, "workers": 0, "verify_sha256": False}
@@ -44,7 +44,7 @@ def plain(epochs: int, env: dict | None = None) -> float:
 
 def ours(tmp: Path, epochs: int, optim: dict | None = None) -> float:
     from airetrain.plan.planner import plan_all
-    from airetrain.plan.roots import Root
+    from airetrain.roots import Root
     from airetrain.records import PlanRecord, StageRecord, write_record
     from airetrain.stage.staging import stage_record
 

@@ -73,17 +73,18 @@ def snakemake(workdir: Path, configfile: Path, *args, check=True, env=None, time
 
 def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t") -> tuple[Path, list[str]]:
     """plan -> stage, as the rules do, in tmp_path; returns (results dir, the `airetrain launch` command)."""
-    from airetrain.stage.datasets import PREPARED
+    from airetrain.catalog import prepared
+    from airetrain.stage.prepare import prepare
     from airetrain.fsutil import write_json_atomic
     from airetrain.plan.planner import plan_all, resolve_strategy
-    from airetrain.plan.roots import Root
+    from airetrain.roots import Root
     from airetrain.stage.staging import stage_dataset, stage_record
 
     scratch = tmp_path / "scratch"
     config = {"roots": {"scratch": str(scratch), "tmp_shared": str(tmp_path / "fast")}, "runs": {name: run_cfg}}
     plan = resolve_strategy(plan_all(config, env={"HOME": "/nonexistent"})[name])
-    if plan["config"]["data"]["name"] in PREPARED:
-        PREPARED[plan["config"]["data"]["name"]](plan["dataset"])
+    if plan["config"]["data"]["name"] in prepared():
+        prepare(plan["config"]["data"]["name"], plan["dataset"])
     out = tmp_path / "results" / name
     write_json_atomic(out / "plan.json", plan)
     target = tmp_path / "fast" / "airetrain" / name / "data"
@@ -230,7 +231,7 @@ def synthetic_history(scratch: Path, plan: dict, job_id: str, seconds_per_step: 
     """Write one finished job's history line for a planned run, with measurements the test chooses: for
     what this machine cannot measure (GPU step times at several GPU counts). The line has the shape
     report.history writes, its profile from the plan."""
-    from airetrain.report.history import HISTORY, profile, profile_id
+    from airetrain.history import HISTORY, profile, profile_id
 
     prof = profile(plan)
     line = {"run": plan["run"], "job_id": job_id, "recorded": time.time(), "epochs": plan["config"]["train"]["epochs"],

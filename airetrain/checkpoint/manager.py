@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from . import store, writer
 from .promote import promote
-from ..plan.roots import run_dir
+from ..roots import run_dir
 
 log = logging.getLogger("airetrain.checkpoint.manager")
 

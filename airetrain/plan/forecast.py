@@ -23,10 +23,10 @@ from datetime import datetime, timedelta
 from typing import Callable
 
 from ..errors import ConfigError
-from ..report.history import profile, profile_id
+from ..history import profile, profile_id
 from ..units import format_duration
 from .rightsize import largest, planned_steps
-from .table import aligned
+from ..text import aligned
 
 LAYOUT_KEYS = ("world_size", "nodes")   # what a profile may differ in and still predict another layout
 STARTS_AT = re.compile(r"to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")

@@ -12,12 +12,13 @@ import os
 from pathlib import Path
 
 from . import config as cfg
+from ..catalog import default_path, prepared
 from ..errors import ConfigError
-from .environment import job_env, torchrun_args
+from ..environment import job_env, torchrun_args
 from .rightsize import measured_requests
-from .roots import Root, durable_root, is_under, run_dir
-from ..stage.pack import INDEX
-from ..stage.quota import dataset_size, pack_command, quota_messages
+from ..roots import Root, durable_root, is_under, run_dir
+from ..quota import dataset_size, pack_command, quota_messages
+from ..shards import INDEX
 
 log = logging.getLogger("airetrain.plan")
 
@@ -86,19 +87,11 @@ def _batch(name: str, run: dict, world: int, problems: list[str]) -> dict:
     return {"global": glob, "per_device": per_device, "grad_accum": None}
 
 
-# The built-in datasets the workflow writes before staging (airetrain prepare), and where by default.
-PREPARED = ("digits", "shapes", "shapes3d")
-
-
-def default_data_path(data: dict) -> str | None:
-    return f"datasets/{data['name']}" if data["name"] in PREPARED else None
-
-
 def _dataset_path(name: str, data: dict, scratch: Root, problems: list[str]) -> Path | None:
     """The directory to stage, or None when there is nothing to stage (synthetic data)."""
     if data["name"] == "synthetic":
         return None
-    path = data["path"] or default_data_path(data)
+    path = data["path"] or default_path(data["name"])
     if path is None:
         if data["name"] in ("npy", "image_folder"):
             what = "the shard directory" if data["name"] == "npy" else "the image folder, or its packed shards"
@@ -155,7 +148,7 @@ def resolve_strategy(plan: dict) -> dict:
 
     Kept out of plan_run: the estimate imports torch, which would slow every `snakemake -n`.
     """
-    from . import estimate
+    from ..train import estimate
 
     run = plan["config"]
     if plan["strategy"] == "fsdp" and plan["device"] == "cuda":   # asked for: the estimate says how it shards
@@ -260,7 +253,7 @@ def _storage_checks(name: str, run: dict, top: dict, scratch: Root, env, problem
     """The dataset's path on the durable root; nothing durable under $HOME."""
     dataset = _dataset_path(name, run["data"], scratch, problems)
     if dataset is not None:
-        data_path = Path(run["data"]["path"] or default_data_path(run["data"]))
+        data_path = Path(run["data"]["path"] or default_path(run["data"]["name"]))
         _check_not_home(f"runs.{name}.data.path", dataset, data_path.is_absolute() or not scratch.fallback, env,
                         problems)
     _check_not_home("roots.scratch", scratch.path, not scratch.fallback, env, problems)
@@ -335,7 +328,7 @@ def plan_run(name: str, run: dict, top: dict, scratch: Root, env=None, planned: 
     dataset = _storage_checks(name, run, top, scratch, env, problems)
     # Not for the datasets the workflow writes itself: their files.json appears after the first
     # plan, and the plan must come out the same in every later parse (a changed plan reruns the run).
-    size = None if run["data"]["name"] in PREPARED else dataset_size(dataset)
+    size = None if run["data"]["name"] in prepared() else dataset_size(dataset)
     warnings = _dataset_checks(name, run, site, dataset, size, problems)
     account = _account(name, run, env, problems)
     warnings += _trainer_checks(name, run, device, problems)
@@ -400,7 +393,7 @@ def _forecast_checks(name: str, run: dict) -> None:
 
 def forecast_run(name: str, run: dict, top: dict, scratch: Root, env=None) -> list[dict]:
     """The run's layouts (forecast.gpus, else its own gpus) forecast now: start, duration, finish."""
-    from ..report.history import everything
+    from ..history import everything
     from .forecast import layouts
 
     _forecast_checks(name, run)
@@ -512,7 +505,7 @@ def planned_scratch(results: str | Path) -> Root | None:
 def datasets_to_prepare(plans: dict[str, dict]) -> dict[str, str]:
     """{path: built-in dataset name} of the datasets the workflow writes before staging: once each."""
     return {p["dataset"]: p["config"]["data"]["name"] for p in sorted(plans.values(), key=lambda p: p["run"])
-            if p["config"]["data"]["name"] in PREPARED}
+            if p["config"]["data"]["name"] in prepared()}
 
 
 def plan_warnings(plans: dict[str, dict], top: dict) -> list[str]:

@@ -20,7 +20,7 @@ import math
 import time
 from pathlib import Path
 
-from ..report.history import everything, profile, profile_id
+from ..history import everything, profile, profile_id
 
 MEM_HEADROOM, CPU_HEADROOM, TIME_HEADROOM = 1.25, 1.25, 1.3
 DATA_BOUND = 0.1   # a measured run waiting for data longer than this keeps its cores: its loader needs them

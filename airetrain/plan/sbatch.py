@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..units import format_duration
 from .commands import command, run_paths
-from .environment import APPENDED
+from ..environment import APPENDED
 from .planner import datasets_to_prepare
 
 PLAN_END = "AIRETRAIN_PLAN_END"

@@ -7,8 +7,11 @@ plan). Thresholds are deliberately plain: below half of what was asked for is wo
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from ..hardware import GPUS
+from ..history import everything
+from ..text import human_mb
 from ..units import format_duration
 
 LOW = 0.5             # below this share of a request, ask for less
@@ -85,9 +88,39 @@ def advise(row: dict) -> list[str]:
                     "strategy: ddp avoids the all-gathers")
     stage_frac = _num(row, "stage_frac")
     if stage_frac is not None and stage_frac > STAGE_SLOW and row.get("stage_format") == "folder":
-        from ..stage.quota import pack_command
+        from ..quota import pack_command
         tips.append(f"staging {row['stage_files']:,} files took {row['stage_s']:.0f} s, {stage_frac:.0%} of the job: "
                     f"pack this dataset into shards and stage those: {pack_command(row['stage_source'])}")
     if wait is not None and wait > DATA_BOUND:
         tips.append(f"more GPUs would not help: {wait:.0%} of step time is spent waiting for data")
     return tips
+
+
+def _used(mem_eff, time_eff, mem_mb, minutes) -> str:
+    parts = [f"MemEff {mem_eff:.1%} of {human_mb(mem_mb)}" if mem_eff is not None and mem_mb else None,
+             f"TimeEff {time_eff:.1%} of {minutes:g} min" if time_eff is not None and minutes else None]
+    return ", ".join(p for p in parts if p) or "no accounting figures"
+
+
+def learned(plan: dict, row: dict, scratch: Path) -> str | None:
+    """A right-sized run next to the jobs it learned from: how much of each request each used
+    (row: the report's row of the right-sized run)."""
+    sized = plan.get("right_sized")
+    if not sized:
+        return None
+    nodes = plan["nodes"]
+    mine = _used(row.get("mem_eff"), row.get("time_eff"), row.get("mem_alloc_mb") or plan["slurm"]["mem_mb"] * nodes,
+                 plan["time_min"]["total"])
+    wanted = {(s["run"], s["job_id"]) for s in sized.get("sources", [])}
+    theirs = []
+    for line in everything(scratch):
+        if (line["run"], line["job_id"]) not in wanted:
+            continue
+        m, r = line["measured"], line["requested"]
+        peak, asked = m.get("mem_peak_mb_per_node"), r["mem_mb_per_node"]
+        elapsed = m.get("elapsed_s")
+        theirs.append(f"job {line['job_id'] or 'local'} of {line['run']}: "
+                      + _used(peak / asked if peak is not None and asked else None,
+                              elapsed / (r["time_min"] * 60) if elapsed is not None else None,
+                              asked * line["profile"]["nodes"], r["time_min"]))
+    return f"used {mine}; learned from " + ("; ".join(theirs) or sized["from"])

@@ -12,8 +12,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..units import format_duration, human_mb
-from .table import COLUMNS
+from ..text import human_mb
+from ..units import format_duration
+from .collection import COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd

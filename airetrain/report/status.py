@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 from ..fsutil import read_json
-from ..records import LOCK, SESSIONS, STOPPED, hangs
+from ..text import clock
+from ..records import STOPPED
+from ..run_log import LOCK, SESSIONS, hangs
 from . import sacct
 
 SQUEUE_FORMAT = "%i|%T|%r|%S|%k"
@@ -181,7 +183,7 @@ def _training(row: dict, progress: dict) -> None:
     of = f"/{progress['of_steps']}" if progress.get("of_steps") else ""
     row["detail"] = (f"step {progress['step']}{of} epoch {progress.get('epoch')} loss {progress.get('loss', 0):.4f} "
                      f"{progress.get('samples_per_s', 0):.0f} samples/s"
-                     + (f" ETA {_hms(eta)}" if eta is not None else ""))
+                     + (f" ETA {clock(eta)}" if eta is not None else ""))
 
 
 def _epoch(text: str) -> float | None:
@@ -189,11 +191,6 @@ def _epoch(text: str) -> float | None:
         return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
     except (TypeError, ValueError):
         return None
-
-
-def _hms(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 def status(runs: list[str], results: str | Path = "results", logs: str | Path = "logs") -> list[dict]:

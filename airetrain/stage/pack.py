@@ -2,15 +2,7 @@
 
 Lustre pays per file (a metadata operation for each open, stat and create), so a dataset of a million
 small files is slow to stage and over the file quota; a few hundred large shards are neither. The
-shards are plain POSIX tar (`tar -tf` lists them; the `webdataset` and `wids` libraries read them):
-a sample's files, `dir/name.jpg` and `dir/name.json`, share the key `dir/name` and sit next to each
-other, as the WebDataset convention asks. DEST holds
-
-    shard-000000.tar ...   the shards, about --shard-size bytes each
-    index.json             the summary: format, shard list (name, bytes, sha256, files), totals
-    members.tsv            one line per member: path, shard, offset of its data, size, sha256
-    wids.json              the same shards as a `wids` shard list (samples per shard)
-    .pack/                 one record per finished shard: what lets an interrupted pack resume
+shards and their index are described in airetrain/shards.py.
 
 Deterministic: the same files (paths and bytes) give the same shards, whatever their mtimes, owners
 or the number of workers, because members are ordered by key and their tar headers carry fixed
@@ -30,40 +22,13 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from ..fsutil import HashingWriter, fsync_dir, read_json, write_bytes_atomic, write_json_atomic
-from .copy import PACK_WORK, StageError, default_threads, listing_digest, scan
+from ..layouts import listing_digest, scan
+from ..shards import FORMAT, INDEX, MEMBER_COLUMNS, MEMBERS, WIDS, WORK, sample_key, shard_name
+from ..text import clock, human_bytes
+from .transfer import StageError, default_threads
 
-FORMAT = "airetrain-shards/1"
-INDEX = "index.json"
-MEMBERS = "members.tsv"
-WIDS = "wids.json"
-WORK = PACK_WORK
 DEFAULT_SHARD_BYTES = 512 * 10 ** 6
-MEMBER_COLUMNS = ("path", "shard", "offset", "size", "sha256")
 BLOCK = 512
-READ_CHUNK = 4 << 20
-
-
-def shard_name(i: int) -> str:
-    return f"shard-{i:06d}.tar"
-
-
-def sample_key(rel: str) -> tuple[str, str]:
-    """(key, extension) as WebDataset splits a member's name: at the first dot of the file name."""
-    directory, _, name = rel.rpartition("/")
-    stem, dot, ext = name.partition(".")
-    return (f"{directory}/{stem}" if directory else stem), ext
-
-
-def shard_index(root: str | Path) -> dict | None:
-    """The index.json of a directory airetrain pack wrote, or None where it is not one."""
-    path = Path(root) / INDEX
-    if not path.is_file():
-        return None
-    try:
-        index = read_json(path)
-    except ValueError:
-        return None
-    return index if index.get("format") == FORMAT else None
 
 
 def _tar_bytes(rel: str, size: int) -> int:
@@ -146,20 +111,6 @@ def _finished(dest: Path, index: int, listing: str) -> dict | None:
     return record if ok else None
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError
-
-
-def _eta(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
-        f"{seconds // 60}m{seconds % 60:02d}s"
-
-
 def pack(src: str | Path, dest: str | Path, shard_bytes: int = DEFAULT_SHARD_BYTES, jobs: int | None = None,
          log=print) -> dict:
     """Pack src into shards under dest (see the module doc); return index.json's contents."""
@@ -212,7 +163,7 @@ def pack(src: str | Path, dest: str | Path, shard_bytes: int = DEFAULT_SHARD_BYT
                 elapsed = time.perf_counter() - t0
                 if n == len(todo) or elapsed - last_log >= 5:
                     rate = done_bytes / elapsed
-                    eta = _eta((todo_bytes - done_bytes) / rate) if rate > 0 else "?"
+                    eta = clock((todo_bytes - done_bytes) / rate) if rate > 0 else "?"
                     log(f"pack: {n}/{len(todo)} shards, {human_bytes(done_bytes)} of {human_bytes(todo_bytes)}, "
                         f"{rate / 1e6:.0f} MB/s, ETA {eta}")
                     last_log = elapsed

@@ -9,11 +9,12 @@ import os
 import socket
 from pathlib import Path
 
-from ..plan.roots import Root, fast_root, run_dir
+from ..quota import quota_messages
 from ..records import PlanRecord, StageRecord, read_record, write_record
-from .copy import StageError, stage
-from .pack import INDEX, shard_index
-from .quota import stage_quota
+from ..roots import Root, fast_root, run_dir
+from ..shards import INDEX, shard_index
+from ..slurm import on_every_node
+from .transfer import StageError, copy_dataset
 
 
 def stage_dataset(src: str | Path, dst: str | Path, fmt: str = "auto", verify_sha256: bool = False,
@@ -24,7 +25,21 @@ def stage_dataset(src: str | Path, dst: str | Path, fmt: str = "auto", verify_sh
     shards = shard_index(src) if fmt != "folder" else None
     if fmt == "shards" and shards is None:
         raise StageError(f"data.format is shards, but {src} has no shard index ({INDEX}): run airetrain pack")
-    return stage(src, dst, verify_sha256=verify_sha256, shards=shards, quota=stage_quota(src, limits))
+    return copy_dataset(src, dst, verify_sha256=verify_sha256, shards=shards, quota=_quota_check(src, limits))
+
+
+def _quota_check(src: str | Path, limits: dict | None):
+    """The check the stage step runs after its scan, where the plan could not know the size."""
+    if not limits:
+        return None
+
+    def check(files: int, nbytes: int) -> None:
+        problems, warnings = quota_messages(src, files, nbytes, limits["max_files"], limits["max_gb"])
+        for warning in warnings:
+            print(f"WARNING: {warning}", flush=True)
+        if problems:
+            raise StageError("; ".join(problems))
+    return check
 
 
 def stage_record(copied: dict | None, fast: Root, host: str | None, nodes: dict | None = None) -> StageRecord:
@@ -37,8 +52,6 @@ def stage_record(copied: dict | None, fast: Root, host: str | None, nodes: dict 
 
 def stage_run(plan_path: str, out: str | Path, this_node: bool = False) -> StageRecord:
     """Stage the run of plan_path and write its stage.json to out (this_node: this node's part only)."""
-    from ..train.launch import on_every_node
-
     plan = read_record(plan_path, PlanRecord)
     fast = fast_root(plan["roots"]["tmp_shared"])
     out = Path(out)
@@ -47,7 +60,8 @@ def stage_run(plan_path: str, out: str | Path, this_node: bool = False) -> Stage
         print("nothing to stage: the dataset is synthetic")
     elif fast.node_local and plan["nodes"] > 1 and os.environ.get("SLURM_JOB_ID") and not this_node:
         print(f"{fast.path} is node-local: staging on each of {plan['nodes']} nodes", flush=True)
-        on_every_node(plan, ["stage", "--plan", plan_path, "--out", str(out), "--this-node"])
+        on_every_node(plan["nodes"], plan["cpus_per_node"],
+                      ["stage", "--plan", plan_path, "--out", str(out), "--this-node"])
         per_node = {p.stem.split(".", 1)[1]: read_record(p, StageRecord)
                     for p in sorted(out.parent.glob(f"{out.stem}.*.json"))}
         record = {**per_node[min(per_node)], "nodes": per_node}

@@ -1,6 +1,6 @@
 """The torch Datasets the trainer reads: staged .npy shards, image folders, synthetic data, user datasets.
 
-The shard layout is written by airetrain.stage.datasets (see there).
+The shard layout is written by airetrain.stage.prepare (see there).
 """
 from __future__ import annotations
 

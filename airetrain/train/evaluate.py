@@ -6,7 +6,8 @@ import math
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from . import batches, distributed
+from . import batches
+from .parallel import process_group as distributed
 from .step import autocast
 
 EVAL_BATCH = 512

@@ -17,7 +17,6 @@ so a resumed run replays them exactly.
 """
 from __future__ import annotations
 
-import csv
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -25,8 +24,8 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..stage.copy import scan
-from ..stage.pack import MEMBERS, sample_key, shard_index
+from ..layouts import scan
+from ..shards import read_members, sample_key, shard_index
 
 MAX_OPEN = 128   # shard file handles per process (a per-process limit of 1,024 is common)
 
@@ -40,7 +39,7 @@ class DatasetFiles(Dataset):
         self.packed = index is not None
         if self.packed:
             self.shard_names = [s["name"] for s in index["shards"]]
-            paths, shards, offsets, sizes = _read_members(self.root / MEMBERS, self.shard_names, under)
+            paths, shards, offsets, sizes = read_members(self.root, self.shard_names, under)
         else:
             listing = sorted(rel for rel in scan(self.root) if rel.startswith(under))
             paths, shards = listing, np.zeros(len(listing), np.int32)
@@ -92,21 +91,6 @@ class DatasetFiles(Dataset):
         if getattr(self, "_pid", None) == os.getpid():
             for fd in self._fds.values():
                 os.close(fd)
-
-
-def _read_members(path: Path, shard_names: list[str], under: str):
-    number = {name: i for i, name in enumerate(shard_names)}
-    paths, shards, offsets, sizes = [], [], [], []
-    with open(path, newline="") as f:
-        rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        next(rows)   # the header
-        for rel, shard, offset, size, _ in rows:
-            if rel.startswith(under):
-                paths.append(rel)
-                shards.append(number[shard])
-                offsets.append(int(offset))
-                sizes.append(int(size))
-    return paths, np.array(shards, np.int32), np.array(offsets, np.int64), np.array(sizes, np.int64)
 
 
 class Samples(Dataset):

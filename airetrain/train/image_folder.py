@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from ..stage.datasets import IMAGE_SUFFIXES, image_folder_splits
+from ..layouts import IMAGE_SUFFIXES, image_folder_splits
 from .files import DatasetFiles
 
 RESIZE = 8 / 7

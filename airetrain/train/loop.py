@@ -19,11 +19,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import records
+from .. import run_log
 from ..checkpoint.manager import Checkpointer
 from ..checkpoint.policy import Position, SavePolicy
 from ..records import STOPPED, PlanRecord, StageRecord, StopRecord, TrainRecord, read_record, write_record
-from . import distributed, metrics, summary, watchdog
+from . import efficiency, summary, watchdog
+from .parallel import process_group as distributed
 from .batches import first_batch
 from .curves import Curves
 from .evaluate import evaluate
@@ -31,7 +32,7 @@ from .loader import training_data
 from .models import build_model
 from .objective import Objective
 from .optim import make_optimizer, make_scheduler
-from .parallel import Parallel
+from .parallel.wrap import Parallel
 from .progress import Progress
 from .step import train_step
 from .stopping import Stopper
@@ -98,7 +99,7 @@ def main(argv=None) -> Trained:
     model = build_model(cfg["model"], data.meta).to(d.device)
     objective = Objective(cfg["train"], cfg["model"])
     probe = first_batch(data.train_set, per_device, d.device)
-    flops_per_micro = metrics.micro_batch_flops(model, objective, probe, d.device, precision)
+    flops_per_micro = efficiency.micro_batch_flops(model, objective, probe, d.device, precision)
     par = Parallel(model, plan, d.device)
     optimizer = make_optimizer(cfg["optim"], model.parameters(), d.device.type)
     total_steps = data.steps_per_epoch * epochs
@@ -112,7 +113,7 @@ def main(argv=None) -> Trained:
     par.settle_buckets(objective, probe, precision)   # a resumed session reduces as an uninterrupted one does
     step, step_in_epoch, hosts = position.step, position.step_in_epoch, distributed.hostnames()
     if d.is_main:
-        records.record_session(Path(plan["durable_dir"]).parent, os.environ.get("SLURM_JOB_ID"), step, hosts)
+        run_log.record_session(Path(plan["durable_dir"]).parent, os.environ.get("SLURM_JOB_ID"), step, hosts)
         (out / STOPPED).unlink(missing_ok=True)
     policy, stopper = SavePolicy.from_config(cfg), Stopper(d.is_main, 60 * cfg["checkpoint"]["stop_margin_min"])
 
@@ -123,7 +124,7 @@ def main(argv=None) -> Trained:
     log.info("training %s: world %d, %d steps/epoch x %d epochs, global batch %d = %d x %d x %d, %s", plan["run"],
              d.world_size, data.steps_per_epoch, epochs, plan["batch"]["global"], per_device, d.world_size, accum,
              precision)
-    gpu = metrics.GpuSampler(d.device)
+    gpu = efficiency.GpuSampler(d.device)
     curves = Curves(out / "tensorboard", step) if d.is_main and cfg["train"]["tensorboard"] else None
     progress = Progress(d, plan, total_steps, out / "metrics.jsonl", curves,
                         lambda: {"lr": optimizer.param_groups[0]["lr"], **gpu.latest()}, start_step=step)
@@ -152,10 +153,10 @@ def main(argv=None) -> Trained:
             break
     stopper.close()
     # throughput counts the training steps and the save stalls, not the last write's background tail
-    train_s = metrics.now(d.device) - progress.t_start
+    train_s = efficiency.now(d.device) - progress.t_start
     saved = ckpt.finish()
     hang.beat()
-    final_wait_s = metrics.now(d.device) - progress.t_start - train_s
+    final_wait_s = efficiency.now(d.device) - progress.t_start - train_s
     if stopped:
         if d.is_main:
             write_record(out / STOPPED, StopRecord, {"reason": stopped, "step": step, "of_steps": total_steps,
@@ -169,8 +170,8 @@ def main(argv=None) -> Trained:
         progress.evaluated(evaluation)
         if d.is_main:
             record = summary.train_record(plan, data.meta, progress, step, figures, flops_per_micro,
-                                          metrics.peak_flops(d.device), train_s, ckpt, final_wait_s, evaluation, hosts,
-                                          par.units.describe())
+                                          efficiency.peak_flops(d.device), train_s, ckpt, final_wait_s, evaluation,
+                                          hosts, par.units.describe())
             write_record(out / "train.json", TrainRecord, record)
             log.info("done: %d steps, eval loss %s, %.0f samples/s, checkpoint %s", step,
                      f"{record['eval_loss']:.4f}" if evaluation else "- (no test split)",

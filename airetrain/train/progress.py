@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-from . import distributed, metrics
+from . import efficiency
+from .parallel import process_group as distributed
 
 log = logging.getLogger("airetrain.train")
 
@@ -59,7 +60,7 @@ class Progress:
         self.window_loss += loss
         self.window_steps += 1
         if self.steps == self.warmup_steps:
-            self.t_steady = metrics.now(self.d.device)
+            self.t_steady = efficiency.now(self.d.device)
             self.warmup_s = self.t_steady - self.t_start
             log.info("warm-up: the first %d step%s took %.2f s (compilation and first iterations); the steady "
                      "state's figures start after step %d", self.steps, "" if self.steps == 1 else "s",

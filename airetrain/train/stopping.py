@@ -15,29 +15,18 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 import threading
 import time
 
 import torch
 import torch.distributed as dist
 
-from ..units import duration_s
+from ..slurm import remaining_seconds
 
 log = logging.getLogger("airetrain.stopping")
 
 NONE, DEADLINE, SIGNAL = 0, 1, 2
 REASONS = {DEADLINE: "deadline", SIGNAL: "signal"}
-
-
-def remaining_seconds(job_id: str) -> float | None:
-    try:
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%L"], capture_output=True, text=True,
-                             timeout=30).stdout
-    except (OSError, subprocess.SubprocessError) as e:
-        log.warning("squeue failed (%s): the deadline is not known this time", e)
-        return None
-    return duration_s(out.splitlines()[0]) if out.strip() else None
 
 
 class Stopper:

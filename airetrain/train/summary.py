@@ -7,7 +7,7 @@ import socket
 import torch
 
 from ..records import TrainRecord
-from . import distributed
+from .parallel import process_group as distributed
 
 
 def gathered_figures(d: distributed.Dist, progress, gpu: dict) -> dict:

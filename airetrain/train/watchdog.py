@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from ..records import LAUNCH_ID, hangs, record_stop
+from ..run_log import LAUNCH_ID, hangs, record_stop
 
 log = logging.getLogger("airetrain.watchdog")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airetrain import records
+from airetrain import run_log
 from conftest import (REPO, SNAKEMAKE, assert_identical, final_state, read_json, run, slurm_state, snakemake,
                       unactivated_env, write_config)
 from user_code import write_ownlab
@@ -92,7 +92,7 @@ def test_one_job_per_run_with_the_planned_resources(cluster_runs):
 
 
 def test_each_run_joins_its_history_with_sacct_figures_per_node(cluster_runs):
-    from airetrain.report.history import everything
+    from airetrain.history import everything
     work, _, jobs, _ = cluster_runs
     lines = {line["run"]: line for line in everything(work / "scratch")}
     assert {"demo", "g3", "g6", "h6"} <= set(lines)
@@ -214,7 +214,7 @@ def test_a_hang_on_two_nodes_is_dumped_on_both_restarted_and_ends_as_the_run_wit
     torchrun's agents restart the group on both nodes, and it ends with g6's parameters."""
     work, _, jobs, _ = cluster_runs
     blocked_at = float((work / "h6-blocked").read_text())
-    (hang,) = [s for s in records.stops(work / "scratch/airetrain/h6") if s["reason"] == "hang"]
+    (hang,) = [s for s in run_log.stops(work / "scratch/airetrain/h6") if s["reason"] == "hang"]
     assert hang["action"] == "restart" and hang["step"] == 6 and hang["ranks_dumped"] == list(range(6))
     assert hang["slurm_job_id"] in jobs and 6 < hang["time"] - blocked_at < 6 + 60
     dump = Path(hang["dump"])

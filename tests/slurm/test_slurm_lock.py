@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from airetrain.train.lock import LOG
+from airetrain.train.launcher.lock import LOG
 
 from conftest import BIN, read_json, run, slurm_state, snakemake_cmd, wait_for, write_config
 from test_slurm import SLURM_ARGS, unique

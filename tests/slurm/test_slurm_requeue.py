@@ -42,7 +42,7 @@ def final_state(work, run_name):
 
 
 def sessions(work, run_name):
-    from airetrain.records import sessions as read
+    from airetrain.run_log import sessions as read
     return read(work / "scratch" / "airetrain" / run_name)
 
 
@@ -90,7 +90,7 @@ def test_a_job_at_its_time_limit_stops_requeues_itself_and_finishes_exactly(inte
     assert all(s["resumed_from_step"] > 0 for s in runs[1:])
     shown = run(["scontrol", "show", "job", job_ids.pop()], env=env).stdout
     assert f"Restarts={len(runs) - 1}" in shown and "JobState=COMPLETED" in shown
-    from airetrain.records import stops
+    from airetrain.run_log import stops
     stopped = stops(work / "scratch" / "airetrain" / "stop")
     assert len(stopped) == len(runs) - 1 and {s["reason"] for s in stopped} == {"deadline"}
     assert {s["action"] for s in stopped} == {"requeued"}
@@ -132,7 +132,7 @@ def test_a_stop_the_job_cannot_requeue_exits_75_and_the_profiles_retries_resume_
     torchrun_step = next(line.split()[0] for line in steps if line.endswith(" bash"))   # srun bash -c 'exec torchrun'
     run(["scancel", "--signal=TERM", torchrun_step], env=env)
     assert proc.wait(timeout=600) == 0, log.read_text()
-    from airetrain.records import stops
+    from airetrain.run_log import stops
     stopped = stops(tmp_path / "scratch" / "airetrain" / "retried")
     assert [(s["slurm_job_id"], s["action"]) for s in stopped] == [(first_job, "exit 75")], stopped
     jobs = [s["slurm_job_id"] for s in sessions(tmp_path, "retried")]
@@ -145,7 +145,8 @@ def test_a_stop_the_job_cannot_requeue_exits_75_and_the_profiles_retries_resume_
 def test_after_a_deadline_stop_restarts_cap_requeues_and_a_refusal_exits_75(slurm_cluster, monkeypatch):
     """What launch decides after a deadline stop, against a real job: SLURM's Restarts= against
     checkpoint.max_requeues, `scontrol requeue` itself, and SLURM refusing it (a pending job)."""
-    from airetrain.train.launch import EXIT_STOPPED, _continue, job_restarts
+    from airetrain.slurm import job_restarts
+    from airetrain.train.launcher.launch import EXIT_STOPPED, _continue
 
     for key, value in slurm_cluster.items():
         monkeypatch.setenv(key, value)
@@ -170,7 +171,7 @@ def test_a_users_script_at_its_time_limit_stops_requeues_and_ends_as_uninterrupt
     calls stop_and_requeue, the launcher requeues the job, and the rerun resumes from the durable copy."""
     from test_script_mode import script_run
 
-    from airetrain.records import stops
+    from airetrain.run_log import stops
 
     work, env = interrupted[0], interrupted[1]
     stopped = stops(work / "scratch" / "airetrain" / "script-stop")

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from airetrain.report.history import everything
+from airetrain.history import everything
 from airetrain.units import size_mb
 
 from conftest import read_json, slurm_state, write_config

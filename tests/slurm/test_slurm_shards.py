@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from airetrain.stage.datasets import prepare_digits_images
+from airetrain.stage.prepare import prepare_digits_images
 from airetrain.stage.pack import pack
 from conftest import read_json, slurm_state, write_config
 from test_slurm import STAND_IN, sacct_jobs, slurm_snakemake, unique

@@ -3,7 +3,7 @@ in place; the same run from the plain folder sees the same bytes and ends bit-id
 run from the shards resumes bit-exactly (the random crops are seeded per sample)."""
 import pytest
 
-from airetrain.stage.datasets import prepare_digits_images
+from airetrain.stage.prepare import prepare_digits_images
 from airetrain.stage.pack import pack
 from conftest import assert_identical, launch_training, read_json
 from conftest import final_state

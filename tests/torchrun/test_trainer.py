@@ -146,7 +146,7 @@ def test_a_bad_import_path_is_refused_by_the_schema():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (nccl, CUDA autocast, sm check)")
 def test_gpu_path_nccl_bf16_and_arch_check(tmp_path):
-    from airetrain.train.distributed import check_cuda_arch
+    from airetrain.train.parallel.process_group import check_cuda_arch
     check_cuda_arch()
     out, _ = launch_training(tmp_path, {"gpus": 1, "precision": "bf16", "data": SYNTHETIC,
                                         "batch": {"global": 64, "per_device": 32}, "train": {"epochs": 1}})

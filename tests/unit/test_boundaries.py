@@ -18,7 +18,7 @@ print(sorted(m for m in ('torch', 'snakemake') if m in sys.modules))
 
 def test_planning_staging_and_reporting_import_no_torch_and_the_package_no_snakemake():
     packages = ["airetrain.plan", "airetrain.stage", "airetrain.report", "airetrain.units", "airetrain.records",
-                "airetrain.train.launch", "airetrain.cli"]
+                "airetrain.train.launcher.launch", "airetrain.cli"]
     out = subprocess.run([sys.executable, "-c", PROBE.format(packages=packages)], capture_output=True, text=True,
                          check=True, cwd=REPO).stdout
     assert out.strip() == "[]"

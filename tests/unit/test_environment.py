@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from airetrain.plan.environment import CPU_MALLOC, with_user_settings
+from airetrain.environment import CPU_MALLOC, with_user_settings
 from airetrain.plan.planner import plan_all
 from airetrain.plan.sbatch import script
 from conftest import ENV

@@ -22,7 +22,7 @@ def planned(scratch, gpus: int, **extra) -> dict:
 
 
 def lines(scratch):
-    from airetrain.report.history import everything
+    from airetrain.history import everything
     return everything(scratch)
 
 
@@ -120,7 +120,7 @@ def test_inside_a_job_without_the_chosen_plan_the_run_is_refused(tmp_path):
 def test_forecast_settings_that_cannot_work_are_refused(tmp_path, forecast, extra, message):
     from airetrain.plan import config as cfg
     from airetrain.plan.planner import forecast_run
-    from airetrain.plan.roots import durable_root
+    from airetrain.roots import durable_root
 
     config = {"runs": {"r": {**BASE, **extra, "forecast": forecast}}}
     with pytest.raises(ConfigError, match=message):

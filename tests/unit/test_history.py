@@ -3,7 +3,7 @@ import json
 from pathlib import Path
 
 from airetrain.plan.planner import plan_all
-from airetrain.report.history import HISTORY, everything, format_history, profile, profile_id, record
+from airetrain.history import HISTORY, everything, format_history, profile, profile_id, record
 
 from conftest import ENV
 
@@ -77,7 +77,7 @@ def test_resources_measured_asks_for_what_the_same_profile_used(tmp_path):
     assert plans["wider"]["right_sized"] is None and plans["wider"]["time_min"]["total"] == 80
     assert any("no finished run has this profile" in w for w in plans["wider"]["warnings"])
     assert plans["as_asked"]["right_sized"] is None and plans["as_asked"]["mem_gb_per_node"] == 4
-    from airetrain.plan.table import format_table
+    from airetrain.plan.overview import format_table
     assert "b: resources measured, from job 4242 of a" in format_table(plans)
 
 
@@ -99,7 +99,7 @@ def test_a_right_sized_run_keeps_its_requests_as_the_history_grows(tmp_path):
 
 def test_the_report_puts_a_right_sized_run_next_to_the_job_it_learned_from(tmp_path):
     from airetrain.report.render import markdown
-    from airetrain.report.table import run_row
+    from airetrain.report.collection import run_row
 
     results, scratch = tmp_path / "results", tmp_path / "scratch"
     first = {"processes": 2, "time_min": {"stage": 10, "train": 60, "promote": 10}, "train": {"epochs": 10}}
@@ -112,7 +112,7 @@ def test_the_report_puts_a_right_sized_run_next_to_the_job_it_learned_from(tmp_p
     (results / "b" / "plan.json").write_text(json.dumps(sized))
     row = run_row(results / "b")
     row.update(mem_eff=0.62, time_eff=0.31, mem_alloc_mb=sized["slurm"]["mem_mb"])   # as sacct would fill them
-    from airetrain.report.history import learned
+    from airetrain.report.advice import learned
     text = learned(sized, row, scratch)
     assert row["learned_from"].startswith("job 4242 of a (")
     # a asked for 4 GB and 80 min and used 800 MB and 4 min; b asked for 1 GB (the floor)

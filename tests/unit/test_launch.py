@@ -2,7 +2,7 @@
 import shlex
 
 from airetrain.plan.planner import plan_all
-from airetrain.train.launch import EXIT_STOPPED, _continue, command, srun_command
+from airetrain.train.launcher.launch import EXIT_STOPPED, _continue, command, srun_command
 from conftest import ENV
 
 

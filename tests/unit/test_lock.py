@@ -5,7 +5,7 @@ import sys
 import threading
 import time
 
-from airetrain.train.lock import LOCK, LOG, RunLock
+from airetrain.train.launcher.lock import LOCK, LOG, RunLock
 
 from conftest import wait_for
 

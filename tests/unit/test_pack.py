@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from airetrain.stage.copy import StageError
+from airetrain.stage.transfer import StageError
 from airetrain.stage.pack import INDEX, MEMBERS, WORK, pack
 from airetrain.stage.staging import stage_dataset
 from conftest import BIN, run, wait_for

@@ -4,7 +4,7 @@ import pytest
 
 from airetrain.errors import ConfigError
 from airetrain.plan.planner import plan_all
-from airetrain.stage.datasets import write_file_list
+from airetrain.stage.prepare import write_file_list
 from airetrain.stage.pack import pack
 from conftest import BIN, ENV, run
 

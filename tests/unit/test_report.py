@@ -15,7 +15,7 @@ from airetrain.report import sacct
 from airetrain.report.advice import advise
 from airetrain.report.render import to_markdown, write
 from airetrain.report.sacct import parse, parse_seff, seconds, seff_disagreement
-from airetrain.report.table import jobs_table
+from airetrain.report.collection import jobs_table
 from airetrain.units import size_mb as megabytes
 from sacct_synthetic import synthetic
 
@@ -193,7 +193,7 @@ def test_five_hundred_synthetic_jobs_fold_into_one_row_each():
 
 
 def test_stage_figures_and_the_advice_to_pack_a_slowly_staged_folder(tmp_path):
-    from airetrain.report.table import table
+    from airetrain.report.collection import table
 
     for run_name, fmt in (("folder", "folder"), ("packed", "shards")):
         run_dir = tmp_path / run_name

@@ -9,7 +9,7 @@ import pytest
 
 from airetrain.fsutil import write_json_atomic
 from airetrain.plan.planner import plan_all, plan_workflow
-from airetrain.plan.roots import durable_root, fast_root
+from airetrain.roots import durable_root, fast_root
 
 SUBMIT_HOST = {"HOME": "/nonexistent", "TMPDIR": "/tmp"}
 # what the Snakefile's parse inside a SLURM job sees: the job id and the job's own TMPDIR

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from airetrain.stage.datasets import prepare_shapes
+from airetrain.stage.prepare import prepare_shapes
 from airetrain.train.datasets import NpyShards
 from airetrain.train.models import build_model
 from airetrain.train.objective import Objective, dice_cross_entropy, dice_per_sample

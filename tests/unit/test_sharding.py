@@ -3,7 +3,7 @@ import pytest
 from torch import nn
 
 from airetrain.train.models import build_model
-from airetrain.train.sharding import find_units
+from airetrain.train.parallel.fsdp_units import find_units
 
 
 class LayersAsAttributes(nn.Module):

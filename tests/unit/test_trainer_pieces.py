@@ -9,10 +9,10 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from airetrain import records
-from airetrain.train.distributed import Dist
+from airetrain.train.parallel.process_group import Dist
 from airetrain.train.evaluate import evaluate
 from airetrain.train.objective import Objective
-from airetrain.train.parallel import Parallel
+from airetrain.train.parallel.wrap import Parallel
 from airetrain.train.progress import Progress
 from airetrain.train.step import train_step
 from airetrain.train.summary import gathered_figures, train_record
@@ -94,7 +94,7 @@ def test_gpt_flops_match_the_analytic_count():
     """The counted FLOPs of one forward and backward against 6 N T + 12 L T s d: the matmul weights N,
     the tied head included; T tokens; attention over s positions at width d, counted in full as the
     kernels compute it, its backward twice its forward (the model's FLOPs, not a kernel's recomputation)."""
-    from airetrain.train.metrics import count_flops
+    from airetrain.train.efficiency import count_flops
     from airetrain.train.models import build_model
 
     vocab, seq, width, depth, batch = 512, 64, 64, 3, 4
@@ -136,7 +136,7 @@ def test_the_faster_paths_are_options_that_take_effect(process_group):
     from airetrain.train import batches
     from airetrain.train.models import build_model
     from airetrain.train.optim import make_optimizer
-    from airetrain.train.parallel import Parallel
+    from airetrain.train.parallel.wrap import Parallel
 
     plan = plan_all({"runs": {"r": {"processes": 1, "strategy": "ddp", "channels_last": True, "ddp_bucket_mb": 50,
                                     "optim": {"fused": True}}}}, env={"HOME": "/nonexistent"})["r"]

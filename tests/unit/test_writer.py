@@ -13,8 +13,8 @@ from torch import nn
 from airetrain.checkpoint import store, writer
 from airetrain.checkpoint.manager import Checkpointer
 from airetrain.plan.planner import plan_all
-from airetrain.train.distributed import Dist
-from airetrain.train.parallel import Parallel
+from airetrain.train.parallel.process_group import Dist
+from airetrain.train.parallel.wrap import Parallel
 
 from conftest import wait_for
 

@@ -18,7 +18,7 @@ from airetrain.errors import ConfigError
 from airetrain.plan.commands import command, run_paths
 from airetrain.plan.interpreter import rule_python
 from airetrain.plan.planner import datasets_to_prepare, plan_workflow
-from airetrain.plan.table import format_table
+from airetrain.plan.overview import format_table
 
 # Plan every run in this one process; refusals stop the workflow before anything is submitted.
 # Inside a job (Snakemake parses this file again there) the plan keeps the submit host's roots.

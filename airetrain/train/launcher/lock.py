@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import time
 from pathlib import Path
 
-from ..records import LOCK
+from ...run_log import LOCK
+from ...slurm import job_alive
 
 LOG = "lock.log"
 POLL_S = 10.0
@@ -30,15 +30,6 @@ def owner_text(owner: dict) -> str:
     if owner.get("slurm_job_id"):
         return f"SLURM job {owner['slurm_job_id']}"
     return f"pid {owner['pid']} on {owner['host']}"
-
-
-def _job_alive(job_id: str) -> bool | None:
-    """Whether squeue still lists the job (pending, running, completing, requeued); None: no squeue."""
-    try:
-        proc = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.returncode == 0 and bool(proc.stdout.strip())   # a job gone from squeue is refused or empty
 
 
 def _pid_alive(pid: int) -> bool:
@@ -88,7 +79,7 @@ class RunLock:
 
     def _alive(self, owner: dict) -> bool:
         if owner.get("slurm_job_id"):
-            alive = _job_alive(owner["slurm_job_id"])
+            alive = job_alive(owner["slurm_job_id"])
             if alive is None:
                 self.say(f"cannot ask SLURM about job {owner['slurm_job_id']} (no squeue here): taking it as gone")
             return bool(alive)

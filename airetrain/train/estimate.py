@@ -23,7 +23,7 @@ def dataset_meta(data: dict, dataset_path: str | None) -> dict | None:
         dims = 2 if data["name"] == "shapes" else 3
         return {"shape": [1, *[side] * dims], "classes": 3, "task": "segmentation"}
     if data["name"] == "image_folder":
-        from ..stage.datasets import image_folder_classes
+        from ..layouts import image_folder_classes
         classes = image_folder_classes(dataset_path) if dataset_path else None
         return {"shape": list(data["shape"]), "classes": len(classes)} if classes else None
     if data["name"] == "synthetic":
@@ -38,7 +38,7 @@ def _measure(model, step, model_cfg: dict) -> tuple[int, int, int]:
     """(parameters, bytes autograd saves for backward while step() runs, FSDP units) of a meta model."""
     import torch
 
-    from ..train.sharding import find_units
+    from .parallel.fsdp_units import find_units
 
     saved = 0
 
@@ -58,7 +58,7 @@ def _probe(model_json: str, meta_json: str, per_device: int) -> tuple[int, int, 
     """(parameters, activation bytes of one fp32 forward, blocks) for a per-device batch."""
     import torch
 
-    from ..train.models import build_model
+    from .models import build_model
 
     model_cfg, meta = json.loads(model_json), json.loads(meta_json)
     with torch.device("meta"):
@@ -77,10 +77,10 @@ def _probe_user_batch(run_json: str, dataset_path: str | None, per_device: int) 
     import torch
     from torch.utils.data import DataLoader
 
-    from ..train.batches import to_device
-    from ..train.datasets import build_datasets
-    from ..train.models import build_model
-    from ..train.objective import Objective
+    from .batches import to_device
+    from .datasets import build_datasets
+    from .models import build_model
+    from .objective import Objective
 
     run = json.loads(run_json)
     train, _, meta = build_datasets(run["data"], dataset_path)

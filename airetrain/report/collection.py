@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..fsutil import read_json
-from ..records import STOPPED, hangs
+from ..records import STOPPED
+from ..run_log import hangs
 from . import sacct
 from .advice import advise
 
@@ -133,7 +134,7 @@ def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
     if plan.get("durable_dir"):
         row["hangs"] = len(hangs(Path(plan["durable_dir"]).parent))
     if plan.get("right_sized"):
-        from .history import learned
+        from .advice import learned
         row["learned_from"] = plan["right_sized"]["from"]
         row["right_sizing"] = learned(plan, row, Path(plan["roots"]["scratch"]))
     if train:

@@ -15,7 +15,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict, set_optimizer_state_dict)
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .sharding import find_units
+from .fsdp_units import find_units
 
 FULL = StateDictOptions(full_state_dict=True)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
@@ -65,7 +65,7 @@ class Parallel:
         are put back, and the gradients dropped."""
         if self.strategy == "fsdp" or not isinstance(self.wrapped, DDP):
             return
-        from .step import autocast
+        from ..step import autocast
 
         rng = torch.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None

@@ -1,4 +1,4 @@
-"""Datasets written before staging: the embedded digits dataset as .npy shards on scratch.
+"""The prepare step: the built-in datasets (airetrain.catalog) written to scratch before staging.
 
 Layout of a dataset directory (what `prepare` writes, and what `data.name: npy` reads):
     meta.json                      {"classes": 10, "shape": [1, 8, 8], "splits": {"train": n, "test": n}}
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..catalog import DATASETS
 from ..fsutil import fsync_dir, sha256_file, write_json_atomic
-from .copy import DATASET_FILES
-from .pack import shard_index
+from ..layouts import DATASET_FILES
 
 
 def write_shards(out: Path, split: str, x: np.ndarray, y: np.ndarray, shard_size: int) -> None:
@@ -108,35 +108,6 @@ def prepare_shapes(dst: str | Path, dims: int = 2, train: int = 512, test: int =
     return _write_dataset(dst, splits, meta, shard_size)
 
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
-TEST_SPLITS = ("test", "val")   # ImageNet's held-out split is val/
-
-
-def image_folder_splits(top_level: set[str]) -> dict[str, str | None]:
-    """The path prefix of each split of an image folder, from its top-level directories: train/ and test/
-    (or val/); a folder with neither is all training data, one sub-folder per class."""
-    if "train" not in top_level:
-        return {"train": "", "test": None}
-    test = next((name for name in TEST_SPLITS if name in top_level), None)
-    return {"train": "train/", "test": f"{test}/" if test else None}
-
-
-def image_folder_classes(root: str | Path) -> list[str] | None:
-    """The class names (training sub-folders) of an image folder or its shards, without reading every
-    path: the shard index lists folder counts; a folder is listed two levels deep. None if absent."""
-    root = Path(root)
-    if (index := shard_index(root)) is not None:
-        folders = index["folders"]
-    elif root.is_dir():
-        folders = {p.name: 0 for p in root.iterdir() if p.is_dir()}
-        if "train" in folders:
-            folders.update({f"train/{p.name}": 0 for p in (root / "train").iterdir() if p.is_dir()})
-    else:
-        return None
-    prefix = image_folder_splits({f for f in folders if "/" not in f})["train"]
-    return sorted(f[len(prefix):] for f in folders if f.startswith(prefix) and "/" not in f[len(prefix):])
-
-
 def prepare_digits_images(dst: str | Path, test_fraction: float = 0.2, seed: int = 0) -> Path:
     """The digits as an image folder, train/<digit>/<n>.png and test/<digit>/<n>.png (8 x 8 grey): the
     demo's data in the layout of an ImageNet-style tree, for image_folder and airetrain pack."""
@@ -157,5 +128,10 @@ def prepare_digits_images(dst: str | Path, test_fraction: float = 0.2, seed: int
     return _into_place(dst, write)
 
 
-PREPARED = {"digits": prepare_digits, "shapes": prepare_shapes, "shapes3d": lambda dst: prepare_shapes(dst, dims=3),
-            "digits-images": prepare_digits_images}   # the built-in datasets `prepare` writes
+def prepare_shapes3d(dst: str | Path) -> Path:
+    return prepare_shapes(dst, dims=3)
+
+
+def prepare(name: str, dst: str | Path) -> Path:
+    """Write the built-in dataset `name` (airetrain.catalog) to dst."""
+    return globals()[DATASETS[name].writer](dst)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..fsutil import read_json
-from .copy import DATASET_FILES, StageError
-from .pack import INDEX, MEMBERS, WIDS, shard_index
+from .fsutil import read_json
+from .layouts import DATASET_FILES
+from .shards import INDEX, MEMBERS, WIDS, shard_index
 
 SLOW_SHARE = 0.1   # above this share of the file quota, staging file by file is slow: pack it
 
@@ -55,17 +55,3 @@ def quota_messages(src: str | Path, files: int, nbytes: int, max_files: int, max
         problems.append(f"{what} would exceed the fast root's quota of {max_gb:,g} GB per job "
                         "(site.fast_root_max_gb); train on a subset, or split the dataset across runs")
     return problems, warnings
-
-
-def stage_quota(src: str | Path, limits: dict | None):
-    """The check the stage step runs after its scan, where the plan could not know the size."""
-    if not limits:
-        return None
-
-    def check(files: int, nbytes: int) -> None:
-        problems, warnings = quota_messages(src, files, nbytes, limits["max_files"], limits["max_gb"])
-        for warning in warnings:
-            print(f"WARNING: {warning}", flush=True)
-        if problems:
-            raise StageError("; ".join(problems))
-    return check

@@ -11,7 +11,6 @@ job with `scontrol requeue`, or exits 75 where it cannot, so that Snakemake's --
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import signal
 import socket
@@ -20,23 +19,15 @@ import sys
 import time
 from pathlib import Path
 
-from ..records import LAUNCH_ID, STOPPED, StopRecord, hangs, read_record, record_stop
-from ..plan.environment import with_user_settings
+from ...environment import with_user_settings
+from ...records import STOPPED, StopRecord, read_record
+from ...run_log import LAUNCH_ID, hangs, record_stop
+from ...slurm import job_restarts, srun_per_node
 from .lock import RunLock
 
 
 def torchrun_command(plan: dict, script: str, script_args: list[str]) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *plan["torchrun"], script, *script_args]
-
-
-def srun_per_node(plan: dict, env=None) -> list[str]:
-    """A step of one task on every node of the job (the rule's shell has lost SLURM_* but the job id)."""
-    env = os.environ if env is None else env
-    return [
-        "srun", f"--jobid={env['SLURM_JOB_ID']}", f"--nodes={plan['nodes']}",
-        f"--ntasks={plan['nodes']}", "--ntasks-per-node=1", f"--cpus-per-task={plan['cpus_per_node']}",
-        "--kill-on-bad-exit=1",
-    ]
 
 
 def srun_command(plan: dict, inner: list[str], env=None) -> list[str]:
@@ -46,7 +37,8 @@ def srun_command(plan: dict, inner: list[str], env=None) -> list[str]:
     exports += "export AIRETRAIN_MASTER_PORT=$((10000 + SLURM_JOB_ID % 20000)); "
     # our own torchrun args carry $VARIABLES meant for the task's shell; everything else is quoted
     words = [w if w.startswith("--") and "$" in w else shlex.quote(w) for w in inner]
-    return [*srun_per_node(plan, env), "bash", "-c", exports + "exec " + " ".join(words)]
+    return [*srun_per_node(plan["nodes"], plan["cpus_per_node"], env), "bash", "-c",
+            exports + "exec " + " ".join(words)]
 
 
 def command(plan: dict, script: str, script_args: list[str], env=None) -> list[str]:
@@ -55,19 +47,7 @@ def command(plan: dict, script: str, script_args: list[str], env=None) -> list[s
     return srun_command(plan, inner, env) if env.get("SLURM_JOB_ID") else inner
 
 
-def on_every_node(plan: dict, argv: list[str]) -> None:
-    """Run `python -m airetrain <argv>` once on each node of the job (e.g. staging to node-local disk)."""
-    subprocess.run([*srun_per_node(plan), sys.executable, "-m", "airetrain", *argv], check=True)
-
-
 EXIT_STOPPED = 75   # EX_TEMPFAIL: stopped with a durable checkpoint, not requeued; run it again to resume
-
-
-def job_restarts(job_id: str) -> int:
-    """How many times SLURM has requeued this job (`scontrol show job`'s Restarts=)."""
-    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
-    match = re.search(r"\bRestarts=(\d+)", out)
-    return int(match.group(1)) if match else 0
 
 
 def continue_stopped(plan: dict, stopped: dict, env) -> int:

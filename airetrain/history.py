@@ -18,9 +18,8 @@ import math
 import time
 from pathlib import Path
 
-from ..fsutil import read_json
-from ..plan.table import aligned
-from ..units import human_mb
+from .fsutil import read_json
+from .text import aligned, human_mb
 
 HISTORY = "history.jsonl"
 
@@ -141,33 +140,3 @@ def _fmt(value) -> str:
 
 def _mb(value) -> str:
     return "-" if value is None else human_mb(value)
-
-
-def _used(mem_eff, time_eff, mem_mb, minutes) -> str:
-    parts = [f"MemEff {mem_eff:.1%} of {human_mb(mem_mb)}" if mem_eff is not None and mem_mb else None,
-             f"TimeEff {time_eff:.1%} of {minutes:g} min" if time_eff is not None and minutes else None]
-    return ", ".join(p for p in parts if p) or "no accounting figures"
-
-
-def learned(plan: dict, row: dict, scratch: Path) -> str | None:
-    """A right-sized run next to the jobs it learned from: how much of each request each used
-    (row: the report's row of the right-sized run)."""
-    sized = plan.get("right_sized")
-    if not sized:
-        return None
-    nodes = plan["nodes"]
-    mine = _used(row.get("mem_eff"), row.get("time_eff"), row.get("mem_alloc_mb") or plan["slurm"]["mem_mb"] * nodes,
-                 plan["time_min"]["total"])
-    wanted = {(s["run"], s["job_id"]) for s in sized.get("sources", [])}
-    theirs = []
-    for line in everything(scratch):
-        if (line["run"], line["job_id"]) not in wanted:
-            continue
-        m, r = line["measured"], line["requested"]
-        peak, asked = m.get("mem_peak_mb_per_node"), r["mem_mb_per_node"]
-        elapsed = m.get("elapsed_s")
-        theirs.append(f"job {line['job_id'] or 'local'} of {line['run']}: "
-                      + _used(peak / asked if peak is not None and asked else None,
-                              elapsed / (r["time_min"] * 60) if elapsed is not None else None,
-                              asked * line["profile"]["nodes"], r["time_min"]))
-    return f"used {mine}; learned from " + ("; ".join(theirs) or sized["from"])

@@ -1,4 +1,4 @@
-"""Stage a dataset directory from the scratch root to fast storage, verified and incremental.
+"""Copy a dataset directory from the scratch root to fast storage, verified and incremental.
 
 A file counts as staged when the target has the source's size and mtime: the mtime is
 set only after the copy completes, so an interrupted copy is simply copied again.
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import hashlib
 import json
 import os
 import shutil
@@ -17,45 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..fsutil import read_json, sha256_file, write_json_atomic
-
-DATASET_FILES = "files.json"  # written by `prepare`: {"files": {rel: {"size", "sha256"}}}
-STAGE_RECORD = ".airetrain-stage.json"  # what the last stage left in the target
-PACK_WORK = ".pack"   # airetrain pack's resume records beside the shards: not staged
+from ..layouts import DATASET_FILES, STAGE_RECORD, listing_digest, scan
+from ..shards import WORK
 
 
 class StageError(RuntimeError):
     pass
-
-
-def scan(root: Path, skip: frozenset = frozenset({STAGE_RECORD})) -> dict[str, tuple[int, int]]:
-    """{relative path: (size, mtime_ns)} of every regular file below root, but the top-level names in skip.
-
-    One thread: on 2 cores, threads made it slower (the GIL between stat calls).
-    """
-    out: dict[str, tuple[int, int]] = {}
-    stack = [("", str(root))]
-    while stack:
-        prefix, directory = stack.pop()
-        with os.scandir(directory) as it:
-            for entry in it:
-                rel = prefix + entry.name
-                if rel in skip:
-                    continue
-                if entry.is_dir(follow_symlinks=False):  # d_type: no stat call
-                    stack.append((rel + "/", entry.path))
-                elif entry.is_file():
-                    st = entry.stat()
-                    out[rel] = (st.st_size, st.st_mtime_ns)
-    return out
-
-
-def listing_digest(files: dict) -> str:
-    """One hash of every (path, size, mtime): equal digests mean an unchanged dataset."""
-    h = hashlib.sha256()
-    for rel in sorted(files):
-        size, mtime = files[rel]
-        h.update(f"{rel}\0{size}\0{mtime}\n".encode())
-    return h.hexdigest()
 
 
 def _check_against_manifest(src: Path, files: dict) -> dict | None:
@@ -146,7 +112,7 @@ def _copy_with_cp(cp: str, src: Path, dst: Path, todo: list[str], procs: int) ->
         list(pool.map(run, _arg_batches(todo, procs * 2)))
 
 
-def stage(src: str | Path, dst: str | Path, verify_sha256: bool = False, threads: int | None = None,
+def copy_dataset(src: str | Path, dst: str | Path, verify_sha256: bool = False, threads: int | None = None,
           engine: str = "auto", shards: dict | None = None, quota=None) -> dict:
     """Mirror src into dst; return what was done (files, bytes, seconds, MB/s, mode, target).
 
@@ -159,7 +125,7 @@ def stage(src: str | Path, dst: str | Path, verify_sha256: bool = False, threads
     t0 = time.perf_counter()
     if not src.is_dir():
         raise StageError(f"dataset directory {src} does not exist (is the path relative to the scratch root?)")
-    files = scan(src, frozenset({STAGE_RECORD, PACK_WORK}) if shards else frozenset({STAGE_RECORD}))
+    files = scan(src, frozenset({STAGE_RECORD, WORK}) if shards else frozenset({STAGE_RECORD}))
     if not files:
         raise StageError(f"dataset directory {src} holds no files")
     if quota is not None:

@@ -1,14 +1,7 @@
-"""The plan of every run as one table, printed by the workflow and by `airetrain plan`; and the
-aligned columns every text table of the commands is printed in."""
+"""The plan of every run as one table, printed by the workflow and by `airetrain plan`."""
 from __future__ import annotations
 
-
-def aligned(table: list[list[str]], rule: bool = False) -> list[str]:
-    """The rows (the header first) in left-aligned columns two spaces apart; rule: dashes under the header."""
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    if rule:
-        table = [table[0], ["-" * w for w in widths], *table[1:]]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+from ..text import aligned
 
 
 def format_table(plans: dict[str, dict]) -> str:

@@ -13,12 +13,12 @@ import socket
 import time
 from pathlib import Path
 
-from ..checkpoint import store
-from ..checkpoint.mirror import Mirror
-from ..plan.roots import run_dir
-from ..records import STOPPED, StageRecord, TrainRecord, read_record, write_record
+from ...checkpoint import store
+from ...checkpoint.mirror import Mirror
+from ...records import STOPPED, StageRecord, TrainRecord, read_record, write_record
+from ...roots import run_dir
+from ...slurm import remaining_seconds
 from . import launch
-from .stopping import remaining_seconds
 
 
 def script_env(plan: dict, staged: dict, out: Path, checkpoints: Path) -> dict:

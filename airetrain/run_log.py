@@ -1,0 +1,124 @@
+"""A run's durable logs and its record, under <scratch>/airetrain/<run>/ (they outlive results/ and every
+job): every start of its training (sessions.jsonl), every early stop and what followed (stops.jsonl),
+the hangs among them; and the run record (results/<run>/run.json) made from them.
+
+The run record makes a run reproducible: resolved config and its hash, the seed, the workflow's git
+commit and dirty flag, the versions that matter, the hosts, and every session of the run (each
+SLURM job id, requeues included).
+"""
+import hashlib
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from .records import RunRecord
+
+SESSIONS = "sessions.jsonl"
+
+
+def config_hash(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def versions() -> dict:
+    import platform
+    from importlib import metadata   # here, not at import: the report and status import this module
+
+    import torch
+
+    def dist_version(name: str):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    nccl = None
+    if torch.cuda.is_available():
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "snakemake": dist_version("snakemake"),
+        "snakemake-executor-plugin-slurm": dist_version("snakemake-executor-plugin-slurm"),
+        "airetrain": dist_version("airetrain"),
+    }
+
+
+def git_state(directory: str | Path) -> dict:
+    """The workflow's commit and whether its tracked files differ from it (None outside git)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=30)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode:
+            return {"commit": None, "dirty": None}
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+        return {"commit": head.stdout.strip(), "dirty": dirty}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def record_session(run_dir: str | Path, job_id: str | None, resumed_from_step: int, hosts: list[str]) -> None:
+    """Append this start of the run to its durable session log (survives requeues and reruns)."""
+    path = Path(run_dir) / SESSIONS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps({"slurm_job_id": job_id, "started": time.time(), "resumed_from_step": resumed_from_step,
+                            "hostnames": hosts}) + "\n")
+
+
+STOPS = "stops.jsonl"
+
+
+def record_stop(run_dir: str | Path, stopped: dict, job_id: str | None, action: str,
+                details: dict | None = None) -> None:
+    """Append an early stop (deadline, signal, hang) and what followed (requeued, exit code, restart) to
+    the durable run directory: Snakemake deletes the rule's log when the requeued job runs the rule again.
+    details: what else there is to say (a hang's launch and the folder of its stack dumps)."""
+    path = Path(run_dir) / STOPS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps({"slurm_job_id": job_id, "reason": stopped["reason"], "step": stopped["step"],
+                            "time": time.time(), "action": action, **(details or {})}) + "\n")
+
+
+def stops(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / STOPS
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+LAUNCH_ID = "AIRETRAIN_LAUNCH_ID"   # set by the launch for its ranks: the watchdog counts hangs per launch
+LOCK = "trainer.lock"               # in the durable run directory: who trains the run (train/lock.py)
+
+
+def hangs(run_dir: str | Path, launch: str | None = None) -> list[dict]:
+    """The hangs the watchdog recorded in stops.jsonl: all of them, or those of one launch."""
+    return [s for s in stops(run_dir) if s["reason"] == "hang" and (launch is None or s.get("launch") == launch)]
+
+
+def sessions(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / SESSIONS
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def run_record(plan: dict, train: dict, workflow_dir: str | Path, run_dir: str | Path) -> RunRecord:
+    runs = sessions(run_dir)
+    job_ids = list(dict.fromkeys(s["slurm_job_id"] for s in runs if s["slurm_job_id"]))
+    return {
+        "run": plan["run"],
+        "config": plan["config"],
+        "config_sha256": config_hash(plan["config"]),
+        "seed": plan["config"]["train"]["seed"],
+        "workflow": git_state(workflow_dir),
+        "versions": versions(),
+        "hostnames": sorted({h for s in runs for h in s["hostnames"]} | set(train.get("hostnames", []))),
+        "slurm_job_ids": job_ids,
+        "sessions": runs,
+        "stops": stops(run_dir),
+        "checkpoint": train.get("checkpoint"),
+    }
+
