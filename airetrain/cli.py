@@ -22,6 +22,18 @@ def _load_config(configfiles: list[str], right_size: bool = False) -> dict:
     return config
 
 
+def resolve_plan(plan):
+    """The plan as plan.json holds it: strategy: auto decided from the memory estimate, which the torch
+    side makes (building the run's model on the meta device) where the decision needs it."""
+    from .plan.strategy import decide, needs_estimate
+
+    memory = None
+    if needs_estimate(plan):
+        from .train.estimate import for_plan
+        memory = for_plan(plan)
+    return decide(plan, memory)
+
+
 def _load_plans(configfiles: list[str], right_size: bool = False) -> dict:
     from .plan.planner import plan_all
 
@@ -38,18 +50,18 @@ def _forecast(args, plans: dict) -> None:
     from .plan.planner import forecast_run
     from .roots import Root
 
-    top, runs = cfg.resolve(_load_config(args.configfile, args.right_size))
+    settings, runs = cfg.resolve(_load_config(args.configfile, args.right_size))
     at = datetime.now().astimezone()
     forecasts = {}
     for name, run in runs.items():
-        scratch = Root(Path(plans[name]["roots"]["scratch"]), plans[name]["roots"]["scratch_source"])
-        forecasts[name] = forecast_run(name, run, top, scratch)
+        roots = plans[name].roots
+        forecasts[name] = forecast_run(name, run, settings, Root(roots.scratch, roots.scratch_source))
     if args.json:
         print(json.dumps({"at": at.isoformat(timespec="seconds"), "runs": forecasts}, indent=1))
         return
     for name, rows in forecasts.items():
         print(format_forecast(name, rows, at))
-        kept = plans[name].get("forecast")
+        kept = plans[name].forecast
         if kept and (Path("results") / name / "plan.json").exists():   # planned before: its layout stands
             print(f"run {name} keeps {kept['chosen_gpus']} GPUs, chosen at {kept['at']} (results/{name}/plan.json); "
                   "remove that file to choose again")
@@ -57,10 +69,9 @@ def _forecast(args, plans: dict) -> None:
 
 
 def _plan(args) -> None:
-    from .plan.planner import resolve_strategy
     from .plan.overview import format_table
 
-    plans = {name: resolve_strategy(plan) for name, plan in _load_plans(args.configfile, args.right_size).items()}
+    plans = {name: resolve_plan(plan) for name, plan in _load_plans(args.configfile, args.right_size).items()}
     if args.forecast:
         _forecast(args, plans)
         if args.json:
@@ -69,32 +80,30 @@ def _plan(args) -> None:
         raise ConfigError("--json prints the forecast as data: give it with --forecast")
     print(format_table(plans))
     if args.write:
-        from .records import PlanRecord, write_record
+        from .records import Plan, write_record
         for name, plan in plans.items():
-            write_record(Path(args.write) / name / "plan.json", PlanRecord, plan)
+            write_record(Path(args.write) / name / "plan.json", Plan, plan)
 
 
 def _resolve(args) -> None:
     import json
 
-    from .plan.planner import resolve_strategy
-    from .records import PlanRecord, write_record
+    from .records import Plan, write_record
+    from .typed import from_dict
 
-    plan = resolve_strategy(json.loads(args.plan_json))
-    write_record(args.out, PlanRecord, plan)
-    print(f"run {plan['run']}: strategy {plan['strategy']}"
-          + (f" ({plan['memory_estimate']['reason']})" if plan["memory_estimate"] else ""))
+    plan = resolve_plan(from_dict(Plan, json.loads(args.plan_json), "--plan-json"))
+    write_record(args.out, Plan, plan)
+    print(f"run {plan.run}: strategy {plan.strategy}"
+          + (f" ({plan.memory_estimate['reason']})" if plan.memory_estimate else ""))
 
 
 def _sbatch(args) -> None:
     from .plan.sbatch import script
 
-    from .plan.planner import resolve_strategy
-
     plans = _load_plans(args.configfile)
     if args.run not in plans:
         raise ConfigError(f"no run {args.run!r} in {', '.join(args.configfile)}; runs: {', '.join(plans)}")
-    print(script(resolve_strategy(plans[args.run]), args.workdir, Path(__file__).resolve().parents[1]), end="")
+    print(script(resolve_plan(plans[args.run]), args.workdir, Path(__file__).resolve().parents[1]), end="")
 
 
 def _doctor(args) -> None:
@@ -138,11 +147,11 @@ def _stage(args) -> None:
 
 
 def _launch(args) -> None:
-    from .records import PlanRecord, read_record
+    from .records import Plan, read_record
     from .train.launcher.launch import run
 
-    plan = read_record(args.plan, PlanRecord)
-    if plan["script"]:   # the user's own script, run as it is
+    plan = read_record(args.plan, Plan)
+    if plan.script:   # the user's own script, run as it is
         from .train.launcher.script import run_script
         sys.exit(run_script(plan, args.stage, args.out))
     script_args = ["--plan", args.plan, "--stage", args.stage, "--out", args.out]
@@ -152,14 +161,14 @@ def _launch(args) -> None:
 
 def _promote(args) -> None:
     from .checkpoint.promote import promote
-    from .records import CheckpointRecord, PlanRecord, RunRecord, TrainRecord, read_record, write_record
+    from .records import CheckpointRecord, Plan, RunRecord, TrainRecord, read_record, write_record
     from .run_log import run_record
 
-    plan, train = read_record(args.plan, PlanRecord), read_record(args.train, TrainRecord)
-    result = promote(train["checkpoint"], plan["durable_dir"], plan["config"]["checkpoint"]["keep"])
+    plan, train = read_record(args.plan, Plan), read_record(args.train, TrainRecord)
+    result = promote(train["checkpoint"], plan.checkpoints_dir, plan.config.checkpoint.keep)
     write_record(args.out, CheckpointRecord, result)
     if args.record:
-        record = run_record(plan, train, args.workflow_dir, Path(plan["durable_dir"]).parent)
+        record = run_record(plan, train, args.workflow_dir)
         write_record(args.record, RunRecord, record)
     print(f"promoted {result['path']} ({result['size']} bytes, sha256 {result['sha256'][:12]}…): {result['mode']}")
 
@@ -170,7 +179,7 @@ def _history(args) -> None:
     from .history import everything, format_history
 
     plans = _load_plans(args.configfile)
-    roots = sorted({Path(plan["roots"]["scratch"]) for plan in plans.values()})
+    roots = sorted({plan.roots.scratch for plan in plans.values()})
     lines = [line for root in roots for line in everything(root)]
     if args.run:
         lines = [line for line in lines if line["run"] in args.run]
@@ -259,12 +268,12 @@ def main(argv=None) -> None:
     p = sub.add_parser("doctor", help="torch, CUDA, NCCL, GPUs and the variables that matter")
     p.set_defaults(func=_doctor)
 
-    p = sub.add_parser("prepare", help="write a built-in dataset (digits, or shapes for segmentation) as .npy shards, "
-                                       "or the digits as an image folder")
-    p.add_argument("--dataset", choices=["digits", "shapes", "shapes3d", "digits-images"], default="digits",
-                   help="digits: 8x8 handwritten digits, 10 classes; shapes, shapes3d: discs and squares "
-                        "(balls and cubes) with their masks, 3 classes; digits-images: the digits as PNG "
-                        "files in class folders (an image_folder tree)")
+    from .catalog import DATASETS
+    written = {name: d for name, d in DATASETS.items() if d.writer}
+    p = sub.add_parser("prepare", help="write a built-in dataset to a directory (what the workflow does for "
+                                       "data.name: digits, shapes or shapes3d)")
+    p.add_argument("--dataset", choices=list(written), default="digits",
+                   help="; ".join(f"{name}: {d.about}" for name, d in written.items()))
     p.add_argument("dest")
     p.set_defaults(func=_prepare)
 

@@ -1,12 +1,13 @@
-"""What every rank's process gets from the plan: its environment variables and torchrun's arguments."""
+"""The environment every rank's process gets: what the plan sets, and how a user's own settings join it."""
 from __future__ import annotations
+
+from .run_config import RunConfig
 
 # glibc's allocator, for training on CPU. By default it hands every freed block of a few MB or more
 # back to the kernel (munmap, or trimming the heap's top), so each step's activations and gradients
-# come back as fresh pages: measured here, 27,000 page faults per optimizer step of the trainer
-# benchmark. Keeping them (blocks up to 32 MiB from the heap, the heap's top not trimmed under 4 GiB)
-# took the faults to none and the step from 329 to 285 ms (benchmarks/README.md). Other allocators
-# ignore the variable.
+# come back as fresh pages: tens of thousands of page faults per optimizer step. Keeping them (blocks
+# up to 32 MiB from the heap, the heap's top not trimmed under 4 GiB) took the faults to none and the
+# step measurably shorter (benchmarks/README.md has the figures). Other allocators ignore the variable.
 CPU_MALLOC = ("glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296:"
               "glibc.malloc.top_pad=268435456")
 # variables that are lists of settings: the user's own follow the plan's, and so win
@@ -24,7 +25,7 @@ def with_user_settings(plan_env: dict, user_env) -> dict:
     return env
 
 
-def job_env(run: dict, nodes: int, cpus_per_rank: int, device: str, run_dir: str) -> dict:
+def job_env(run: RunConfig, nodes: int, cpus_per_rank: int, device: str, run_dir: str) -> dict:
     """Environment every rank gets: what Aire's guidance asks of multi-GPU jobs (README, "On Aire"), and
     on GPUs NCCL's flight recorder, which the hang watchdog dumps (and NCCL itself on a timeout)."""
     env = {
@@ -36,28 +37,13 @@ def job_env(run: dict, nodes: int, cpus_per_rank: int, device: str, run_dir: str
     }
     if device == "cpu":
         env["GLIBC_TUNABLES"] = CPU_MALLOC
-    if run["train"]["deterministic"]:   # cuBLAS reads it when CUDA starts: it must be in the environment
+    if run.train.deterministic:   # cuBLAS reads it when CUDA starts: it must be in the environment
         env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-    if device == "cuda" and run["train"]["hang_timeout_min"]:
+    if device == "cuda" and run.train.hang_timeout_min:
         env.update({"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
                     "TORCH_FR_DUMP_TEMP_FILE": f"{run_dir}/hangs/nccl-timeout/rank_"})
     if nodes > 1:
         env.update({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "WARN"})
-        if run["slurm"]["nccl_socket_ifname"]:
-            env["NCCL_SOCKET_IFNAME"] = run["slurm"]["nccl_socket_ifname"]
+        if run.slurm.nccl_socket_ifname:
+            env["NCCL_SOCKET_IFNAME"] = run.slurm.nccl_socket_ifname
     return env
-
-
-def torchrun_args(plan: dict) -> list[str]:
-    """torchrun's arguments. Multi-node ones hold shell variables that each SLURM task expands."""
-    args = [f"--nnodes={plan['nodes']}", f"--nproc_per_node={plan['nproc_per_node']}",
-            f"--max-restarts={plan['config']['checkpoint']['max_restarts']}"]
-    if plan["nodes"] == 1:
-        return ["--standalone", *args]
-    return [
-        *args,
-        "--node_rank=$SLURM_NODEID",
-        "--rdzv_backend=c10d",
-        "--rdzv_id=$SLURM_JOB_ID",
-        "--rdzv_endpoint=$AIRETRAIN_MASTER_ADDR:$AIRETRAIN_MASTER_PORT",
-    ]

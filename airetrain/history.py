@@ -19,18 +19,19 @@ import time
 from pathlib import Path
 
 from .fsutil import read_json
+from .records import Plan, read_plan
 from .text import aligned, human_mb
 
 HISTORY = "history.jsonl"
 
 
-def profile(plan: dict) -> dict:
-    cfg = plan["config"]
-    return {"model": cfg["model"], "data": {k: cfg["data"].get(k) for k in ("name", "path", "format")},
-            "global_batch": plan["batch"]["global"], "per_device_batch": plan["batch"]["per_device"],
-            "precision": plan["precision"], "strategy": cfg["strategy"],   # as configured: auto is decided later
-            "world_size": plan["world_size"], "nodes": plan["nodes"],
-            "device": plan["device"], "script": (plan.get("script") or {}).get("path")}
+def profile(plan: Plan) -> dict:
+    data = plan.config.data
+    return {"model": plan.config.model.to_dict(), "data": {"name": data.name, "path": data.path, "format": data.format},
+            "global_batch": plan.batch.global_, "per_device_batch": plan.batch.per_device,
+            "precision": plan.precision, "strategy": plan.config.strategy,   # as configured: auto is decided later
+            "world_size": plan.world_size, "nodes": plan.nodes, "device": plan.device,
+            "script": str(plan.script.path) if plan.script else None}
 
 
 def profile_id(prof: dict) -> str:
@@ -52,20 +53,20 @@ def _step_s(run_dir: Path, step: str) -> float | None:
 
 def entry(run_dir: Path, row: dict) -> dict | None:
     """One finished run's line: its profile and its measurements (row: the report's row of the run)."""
-    plan_path, train_path = run_dir / "plan.json", run_dir / "train.json"
-    if not plan_path.exists() or not train_path.exists():
+    plan, train_path = read_plan(run_dir), run_dir / "train.json"
+    if plan is None or not train_path.exists():
         return None
-    plan, train = read_json(plan_path), read_json(train_path)
-    nodes = plan["nodes"]
+    train = read_json(train_path)
+    nodes = plan.nodes
     used, cpus, cpu_eff = (_number(row.get(k)) for k in ("mem_used_mb", "cpus", "cpu_eff"))
     prof = profile(plan)
     train_rule_s = _step_s(run_dir, "train")
     return {
-        "run": plan["run"], "job_id": train.get("slurm_job_id"), "recorded": time.time(),
-        "epochs": plan["config"]["train"]["epochs"],
+        "run": plan.run, "job_id": train.get("slurm_job_id"), "recorded": time.time(),
+        "epochs": plan.config.train.epochs,
         "profile_id": profile_id(prof), "profile": prof,
-        "requested": {"mem_mb_per_node": plan["slurm"]["mem_mb"], "cpus_per_node": plan["cpus_per_node"],
-                      "time_min": plan["time_min"]["total"]},
+        "requested": {"mem_mb_per_node": plan.slurm.mem_mb, "cpus_per_node": plan.cpus_per_node,
+                      "time_min": plan.time_min.total},
         "measured": {
             "source": row.get("source"),
             "mem_peak_mb_per_node": round(used / nodes, 1) if used is not None else None,
@@ -102,7 +103,7 @@ def record(results: Path, rows: list[dict]) -> list[dict]:
         line = entry(run_dir, row)
         if line is None:
             continue
-        durable = Path(read_json(run_dir / "plan.json")["durable_dir"]).parent
+        durable = read_plan(run_dir).durable_dir
         if _key(line) in {_key(old) for old in read(durable)}:
             continue
         durable.mkdir(parents=True, exist_ok=True)

@@ -1,42 +1,53 @@
-"""The files that pass between the steps, each defined once, and the run record.
+"""The files that pass between the steps, each defined once.
 
 Each record below is what one step writes and the next ones read: the writer and every reader go
 through write_record/read_record, which refuse a file whose keys differ from the definition. The
 field docs are the documentation: docs/outputs.md is generated from them (`python -m airetrain.records`).
 
-The run record (results/<run>/run.json) makes a run reproducible: resolved config and its hash, the
-seed, the workflow's git commit and dirty flag, the versions that matter, the hosts, and every
-session of the run (each SLURM job id, requeues included), which the trainer appends to
-<scratch>/airetrain/<run>/sessions.jsonl as it starts.
+The plan is a tree of typed records (dataclasses: plan.nodes, plan.config.train.seed); the other files
+are TypedDicts, dicts with a fixed set of keys. The durable logs of a run and the run record are made
+in run_log.py.
 """
+import dataclasses
 import sys
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated as Doc, NotRequired, Optional, TypedDict
 
 from .fsutil import read_json, write_json_atomic
+from .run_config import RunConfig
+from .typed import RecordError, from_dict, to_dict
 
 STOPPED = "STOPPED"   # in results/<run>/: the run stopped early with a durable checkpoint and will resume
 
-
-class RecordError(ValueError):
-    pass
+__all__ = ["RecordError"]
 
 
-Batch = TypedDict("Batch", {
-    "global": Doc[int, "samples per optimizer step, all ranks"],
-    "per_device": Doc[int, "samples per forward pass on one rank"],
-    "grad_accum": Doc[int, "micro-batches per optimizer step: global / (per_device x world_size)"],
-})
+@dataclass(frozen=True)
+class BatchPlan:
+    global_: Doc[int, "samples per optimizer step, all ranks"]
+    per_device: Doc[int, "samples per forward pass on one rank"]
+    grad_accum: Doc[Optional[int], "micro-batches per optimizer step: global / (per_device x world_size)"]
 
 
-class PlanRoots(TypedDict):
-    scratch: Doc[str, "the durable root: roots.scratch, else $SCRATCH, else ./.airetrain/scratch"]
+@dataclass(frozen=True)
+class Minutes:
+    stage: Doc[int, "minutes for the stage step"]
+    train: Doc[int, "minutes for the train step"]
+    promote: Doc[int, "minutes for the promote step"]
+    total: Doc[int, "their sum: the job's time limit"]
+
+
+@dataclass(frozen=True)
+class PlanRoots:
+    scratch: Doc[Path, "the durable root: roots.scratch, else $SCRATCH, else ./.airetrain/scratch"]
     scratch_source: Doc[str, "where the durable root came from (roots.scratch, $SCRATCH, working directory)"]
     tmp_shared: Doc[Optional[str], "roots.tmp_shared as configured; the fast root itself is resolved in the job"]
 
 
-class SlurmRequest(TypedDict):
+@dataclass(frozen=True)
+class SlurmRequest:
     partition: Doc[str, "SLURM partition"]
     account: Doc[Optional[str], "account: runs.<run>.slurm.account, else $SBATCH_ACCOUNT, else none"]
     nodes: Doc[int, "nodes"]
@@ -49,7 +60,14 @@ class SlurmRequest(TypedDict):
     qos: Doc[Optional[str], "quality of service, or none (the account's default)"]
 
 
-class PlanRecord(TypedDict):
+@dataclass(frozen=True)
+class Script:
+    path: Doc[Path, "the user's script, absolute"]
+    args: Doc[list, "its arguments"]
+
+
+@dataclass(frozen=True)
+class Plan:
     """results/<run>/plan.json: the resolved run, written by the plan step."""
     run: Doc[str, "run name"]
     device: Doc[str, "cuda or cpu"]
@@ -58,32 +76,36 @@ class PlanRecord(TypedDict):
     nodes: Doc[int, "nodes"]
     nproc_per_node: Doc[int, "ranks per node"]
     world_size: Doc[int, "ranks"]
-    strategy: Doc[str, "ddp or fsdp (auto is decided when plan.json is written)"]
+    strategy: Doc[str, "ddp or fsdp (auto is decided when plan.json is written), or script"]
     activation_checkpointing: Doc[bool, "whether blocks recompute their activations in the backward pass"]
     memory_estimate: Doc[Optional[dict], "the per-GPU memory estimate behind strategy: auto"]
     warnings: Doc[list, "what the plan accepted but would not advise"]
     precision: Doc[str, "bf16, fp16 or fp32"]
-    batch: Doc[Batch, "the batch arithmetic"]
+    batch: Doc[BatchPlan, "the batch arithmetic"]
     cpus_per_rank: Doc[int, "cores per rank"]
     cpus_per_node: Doc[int, "cores per node"]
     mem_gb_per_node: Doc[float, "memory per node, GB"]
-    time_min: Doc[dict, "minutes per step (stage, train, promote) and their total, the job's limit"]
+    time_min: Doc[Minutes, "minutes per step (stage, train, promote) and their total, the job's limit"]
     roots: Doc[PlanRoots, "the storage roots"]
-    dataset: Doc[Optional[str], "the dataset directory on the durable root, or none (synthetic)"]
+    dataset: Doc[Optional[Path], "the dataset directory on the durable root, or none (synthetic)"]
     dataset_size: Doc[Optional[dict], "files, bytes and format of what staging copies, from the dataset's shard "
                                       "index or files.json; none: unknown until the stage step scans it"]
     fast_root_quota: Doc[dict, "the fast root's per-job quotas (max_files, max_gb) the dataset is checked against"]
-    durable_dir: Doc[str, "<scratch>/airetrain/<run>/checkpoints: where checkpoints are kept"]
+    durable_dir: Doc[Path, "<scratch>/airetrain/<run>: the run's durable directory (checkpoints, logs, history)"]
+    checkpoints_dir: Doc[Path, "<scratch>/airetrain/<run>/checkpoints: where the durable checkpoints are kept"]
+    results_dir: Doc[Path, "results/<run>: the run's results, beside the workflow"]
     slurm: Doc[SlurmRequest, "what the job asks SLURM for"]
     env: Doc[dict, "environment variables set for the training processes"]
-    script: Doc[Optional[dict], "script mode: the user's script (absolute path) and its arguments; none: the "
-                                "built-in trainer"]
-    config: Doc[dict, "the run's complete config, defaults filled in"]
+    script: Doc[Optional[Script], "script mode: the user's script and its arguments; none: the built-in trainer"]
+    config: Doc[RunConfig, "the run's complete config, defaults filled in"]
     right_sized: Doc[Optional[dict], "resources: measured: each request taken from the history (value, how it "
                                      "was found), the profile and the jobs it came from; none: as configured"]
     forecast: Doc[Optional[dict], "forecast.choose: the layouts forecast (start, duration, finish, each with how "
                                   "it was found), the GPU count chosen and why; none: the configured gpus"]
     torchrun: Doc[list, "torchrun's arguments"]
+
+    def replace(self, **changes) -> "Plan":
+        return dataclasses.replace(self, **changes)
 
 
 class StageRecord(TypedDict):
@@ -205,18 +227,30 @@ class RunRecord(TypedDict):
     checkpoint: Doc[Optional[dict], "the final checkpoint"]
 
 
-RECORDS = {"plan.json": PlanRecord, "stage.json": StageRecord, "train.json": TrainRecord,
+RECORDS = {"plan.json": Plan, "stage.json": StageRecord, "train.json": TrainRecord,
            "checkpoint.json": CheckpointRecord, "run.json": RunRecord, STOPPED: StopRecord}
 
 
 def _nested(kind) -> dict[str, type]:
-    """The fields of kind whose values are records themselves."""
+    """The fields of kind whose values are records of this module themselves."""
     hints = typing.get_type_hints(kind)
-    return {k: t for k, t in hints.items() if typing.is_typeddict(t)}
+    kinds = {k: _record_type(t) for k, t in hints.items()}
+    return {k: t for k, t in kinds.items() if t is not None}
+
+
+def _record_type(tp):
+    inner = [a for a in typing.get_args(tp) if a is not type(None)] if typing.get_origin(tp) is typing.Union else [tp]
+    tp = inner[0] if len(inner) == 1 else None
+    if tp is not None and (typing.is_typeddict(tp) or dataclasses.is_dataclass(tp)) and tp.__module__ == __name__:
+        return tp
+    return None
 
 
 def check(kind, data: dict, where: str = "") -> dict:
     """data, if its keys are exactly kind's (nested records too); else RecordError naming the keys."""
+    if dataclasses.is_dataclass(kind):
+        from_dict(kind, data, where)
+        return data
     name = where or kind.__name__
     if not isinstance(data, dict):
         raise RecordError(f"{name}: expected an object with the fields of {kind.__name__}, got {type(data).__name__}")
@@ -232,19 +266,35 @@ def check(kind, data: dict, where: str = "") -> dict:
     return data
 
 
-def write_record(path: str | Path, kind, data: dict) -> None:
+def write_record(path: str | Path, kind, data) -> None:
+    """Write a record: a dict of a TypedDict kind, or a dataclass record."""
+    if dataclasses.is_dataclass(data):
+        data = to_dict(data)
     write_json_atomic(path, check(kind, data, str(path)))
 
 
-def read_record(path: str | Path, kind) -> dict:
-    return check(kind, read_json(path), str(path))
+def read_record(path: str | Path, kind):
+    """A record read back: the dict of a TypedDict kind, or the dataclass record (a Plan)."""
+    data = read_json(path)
+    if dataclasses.is_dataclass(kind):
+        return from_dict(kind, data, str(path))
+    return check(kind, data, str(path))
+
+
+def read_plan(results_dir: str | Path) -> Plan | None:
+    """The plan of results/<run>/, or None where there is none yet."""
+    path = Path(results_dir) / "plan.json"
+    return read_record(path, Plan) if path.exists() else None
 
 
 def fields(kind) -> dict[str, str]:
-    """Each field of kind and its doc."""
+    """Each field of kind (its key in the file) and its doc."""
+    from .typed import key_of
+
     hints = typing.get_type_hints(kind, include_extras=True)
     plain = {k: typing.get_args(t)[0] if typing.get_origin(t) is NotRequired else t for k, t in hints.items()}
-    return {k: t.__metadata__[0] + ("" if k in kind.__required_keys__ else " (not always present)")
+    required = kind.__required_keys__ if typing.is_typeddict(kind) else plain.keys()
+    return {key_of(k): t.__metadata__[0] + ("" if k in required else " (not always present)")
             for k, t in plain.items()}
 
 

@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .records import RunRecord
+from .records import Plan, RunRecord
 
 SESSIONS = "sessions.jsonl"
 
@@ -62,13 +62,16 @@ def git_state(directory: str | Path) -> dict:
         return {"commit": None, "dirty": None}
 
 
-def record_session(run_dir: str | Path, job_id: str | None, resumed_from_step: int, hosts: list[str]) -> None:
-    """Append this start of the run to its durable session log (survives requeues and reruns)."""
+def record_session(run_dir: str | Path, job_id: str | None, resumed_from_step: int | None, hosts: list[str],
+                   checkpoint: str | None = None) -> None:
+    """Append this start of the run to its durable session log (survives requeues and reruns);
+    checkpoint: the one it resumed from, where it resumed. resumed_from_step: None for a user's script,
+    which alone knows its step."""
     path = Path(run_dir) / SESSIONS
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps({"slurm_job_id": job_id, "started": time.time(), "resumed_from_step": resumed_from_step,
-                            "hostnames": hosts}) + "\n")
+                            "hostnames": hosts, "checkpoint": checkpoint}) + "\n")
 
 
 STOPS = "stops.jsonl"
@@ -92,7 +95,7 @@ def stops(run_dir: str | Path) -> list[dict]:
 
 
 LAUNCH_ID = "AIRETRAIN_LAUNCH_ID"   # set by the launch for its ranks: the watchdog counts hangs per launch
-LOCK = "trainer.lock"               # in the durable run directory: who trains the run (train/lock.py)
+LOCK = "trainer.lock"               # in the durable run directory: who trains the run (train/launcher/lock.py)
 
 
 def hangs(run_dir: str | Path, launch: str | None = None) -> list[dict]:
@@ -105,20 +108,21 @@ def sessions(run_dir: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def run_record(plan: dict, train: dict, workflow_dir: str | Path, run_dir: str | Path) -> RunRecord:
-    runs = sessions(run_dir)
+def run_record(plan: Plan, train: dict, workflow_dir: str | Path) -> RunRecord:
+    runs = sessions(plan.durable_dir)
     job_ids = list(dict.fromkeys(s["slurm_job_id"] for s in runs if s["slurm_job_id"]))
+    config = plan.config.to_dict()
     return {
-        "run": plan["run"],
-        "config": plan["config"],
-        "config_sha256": config_hash(plan["config"]),
-        "seed": plan["config"]["train"]["seed"],
+        "run": plan.run,
+        "config": config,
+        "config_sha256": config_hash(config),
+        "seed": plan.config.train.seed,
         "workflow": git_state(workflow_dir),
         "versions": versions(),
         "hostnames": sorted({h for s in runs for h in s["hostnames"]} | set(train.get("hostnames", []))),
         "slurm_job_ids": job_ids,
         "sessions": runs,
-        "stops": stops(run_dir),
+        "stops": stops(plan.durable_dir),
         "checkpoint": train.get("checkpoint"),
     }
 

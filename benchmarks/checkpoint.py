@@ -105,7 +105,7 @@ def main() -> None:
         time.sleep(5)   # the writer process's start-up (imports) happens while a real run loads its data
     busy_steps = []
     for i in range(args.saves):
-        ckpt.save({"step": i + 1, "epoch": 0, "step_in_epoch": i + 1, "config": plan["config"],
+        ckpt.save({"step": i + 1, "epoch": 0, "step_in_epoch": i + 1, "config": plan.config.to_dict(),
                    "scheduler": {}, "scaler": None})
         busy_steps += [train_step(par, optimizer, device) for _ in range(args.every)]
     t0 = time.perf_counter()

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from airetrain.report import sacct  # noqa: E402
+from airetrain.report.fold import parse  # noqa: E402
+from airetrain.report.query import query  # noqa: E402
 from airetrain.report.collection import jobs_table  # noqa: E402
 from sacct_synthetic import synthetic as synthetic_sacct  # noqa: E402
 
@@ -47,13 +48,13 @@ def submit(n: int) -> list[str]:
 
 
 def one_call(ids: list[str]) -> dict:
-    return sacct.query(ids)
+    return query(ids)
 
 
 def per_job(ids: list[str]) -> dict:
     jobs = {}
     for job_id in ids:
-        jobs.update(sacct.query([job_id]))
+        jobs.update(query([job_id]))
     return jobs
 
 
@@ -83,7 +84,7 @@ def synthetic(n: int) -> None:
     for line in text.splitlines():
         by_job.setdefault(line.split("|")[0].split(".")[0], []).append(line)
     t_all, table = timed(jobs_table, None, None, text)
-    t_each, _ = timed(lambda: [sacct.parse("\n".join(lines)) for lines in by_job.values()])
+    t_each, _ = timed(lambda: [parse("\n".join(lines)) for lines in by_job.values()])
     print(f"{n} synthetic jobs ({len(text.splitlines())} sacct rows), best of 3:")
     print(f"  whole table (parse, fold, advice): {t_all * 1000:8.1f} ms for {len(table)} rows")
     print(f"  parse only, job by job:            {t_each * 1000:8.1f} ms (ratio {t_each / t_all:.2f}; "
@@ -134,7 +135,7 @@ def peer(n: int) -> None:
     rows_ours = [line for line in ours.splitlines()
                  if line.startswith("| ") and not line.startswith(("| run", "| ---"))]
     peer_rows = [line.split("|") for line in peer_out.splitlines()[1:] if line.strip()]
-    ours_cpu = {j.job_id: j.cpu_eff for j in sacct.query(ids).values()}
+    ours_cpu = {j.job_id: j.cpu_eff for j in query(ids).values()}
     differ = [(r[0], r[2], ours_cpu.get(r[0])) for r in peer_rows
               if r[2] not in ("", "---") and ours_cpu.get(r[0]) is not None
               and abs(float(r[2].rstrip("%")) - 100 * ours_cpu[r[0]]) > 1.0]

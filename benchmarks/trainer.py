@@ -45,7 +45,7 @@ def plain(epochs: int, env: dict | None = None) -> float:
 def ours(tmp: Path, epochs: int, optim: dict | None = None) -> float:
     from airetrain.plan.planner import plan_all
     from airetrain.roots import Root
-    from airetrain.records import PlanRecord, StageRecord, write_record
+    from airetrain.records import Plan, StageRecord, write_record
     from airetrain.stage.staging import stage_record
 
     config = {"roots": {"scratch": str(tmp / "scratch"), "tmp_shared": str(tmp / "fast")},
@@ -62,7 +62,7 @@ def ours(tmp: Path, epochs: int, optim: dict | None = None) -> float:
     for old in (tmp / "scratch").rglob("*"):
         if old.is_file():
             old.unlink()
-    write_record(out / "plan.json", PlanRecord, plan)
+    write_record(out / "plan.json", Plan, plan)
     write_record(out / "stage.json", StageRecord, stage_record(None, Root(tmp / "fast", "config"), None))
     subprocess.run([sys.executable, "-m", "airetrain", "launch", "--plan", str(out / "plan.json"), "--stage",
                     str(out / "stage.json"), "--out", str(out), "--script", str(REPO / "scripts/train.py")],

@@ -1,5 +1,6 @@
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,16 +14,85 @@ BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
 
 
-def run(cmd, cwd=None, env=None, check=True, timeout=600, exact_env=False):
-    """Run a command, return the CompletedProcess; on failure show its output.
+def descendants(pid: int) -> list[int]:
+    """pid's children, grandchildren, ... (torchrun starts each worker in a session of its own, so a
+    process group does not hold them all)."""
+    parents = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
 
-    The environment is this one with the venv first on PATH, plus env; or env alone (exact_env)."""
-    if not exact_env:
-        env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})}
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{cmd} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+
+def end_all(proc: subprocess.Popen) -> None:
+    """SIGKILL a process, its process group and every process below it, at once; reap it."""
+    pids = [proc.pid, *descendants(proc.pid)]
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+_STARTED: list[subprocess.Popen] = []   # every process a test started: ended, with its children, after it
+
+
+def command_env(env=None, exact_env=False) -> dict:
+    """The environment commands run in: this one with the venv first on PATH, plus env; or env alone."""
+    return env if exact_env else {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})}
+
+
+def spawn(cmd, log: Path | None = None, cwd=None, env=None, exact_env=False) -> subprocess.Popen:
+    """Start cmd in the background, in a process group of its own, its output in log (appended). The test's
+    clean-up ends it and everything it started, whether the test passed or not."""
+    out = open(log, "a") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, cwd=cwd, env=command_env(env, exact_env), stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    _STARTED.append(proc)
     return proc
+
+
+def run(cmd, cwd=None, env=None, check=True, timeout=600, exact_env=False):
+    """Run a command, return the CompletedProcess; on failure show its output. On its timeout, it and
+    everything it started are ended (a snakemake's jobs, a launch's torchrun and workers)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=command_env(env, exact_env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException:
+        end_all(proc)
+        raise
+    done = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{cmd} exited {done.returncode}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
+    return done
+
+
+@pytest.fixture(autouse=True)
+def _end_what_the_test_started(request):
+    """After every test: the processes it started are ended (with their children), and where it used the
+    SLURM test cluster, every job still queued or running there is cancelled."""
+    yield
+    while _STARTED:
+        end_all(_STARTED.pop())
+    if "slurm_cluster" in request.fixturenames:
+        env = {**os.environ, **request.getfixturevalue("slurm_cluster")}
+        jobs = subprocess.run(["squeue", "-h", "-o", "%A"], env=env, capture_output=True, text=True).stdout.split()
+        if jobs:
+            subprocess.run(["scancel", *jobs], env=env, capture_output=True)
 
 
 # The environment plan tests plan in: a $HOME to refuse datasets under, and a $SCRATCH.
@@ -71,24 +141,48 @@ def snakemake(workdir: Path, configfile: Path, *args, check=True, env=None, time
                exact_env=exact_env)
 
 
+def run_config(run_cfg: dict | None = None):
+    """One run's complete config (a RunConfig), the schema's defaults under run_cfg."""
+    from airetrain.plan.config import resolve
+
+    return resolve({"runs": {"r": run_cfg or {}}})[1]["r"]
+
+
+def make_plan(run_cfg: dict, tmp_path: Path, name: str = "t"):
+    """The plan of one run with its roots under tmp_path (scratch/, and fast/ as the fast root)."""
+    from airetrain.plan.planner import plan_all
+
+    config = {"roots": {"scratch": str(tmp_path / "scratch"), "tmp_shared": str(tmp_path / "fast")},
+              "runs": {name: run_cfg}}
+    return plan_all(config, env={"HOME": "/nonexistent"})[name]
+
+
+def write_plan(results: Path, tmp_path: Path, name: str, run_cfg: dict | None = None):
+    """results/<name>/plan.json as the plan step writes it (make_plan's roots); returns the plan."""
+    from airetrain.records import Plan, write_record
+
+    plan = make_plan(run_cfg or {}, tmp_path, name)
+    write_record(results / name / "plan.json", Plan, plan)
+    return plan
+
+
 def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t") -> tuple[Path, list[str]]:
     """plan -> stage, as the rules do, in tmp_path; returns (results dir, the `airetrain launch` command)."""
     from airetrain.catalog import prepared
-    from airetrain.stage.prepare import prepare
+    from airetrain.cli import resolve_plan
     from airetrain.fsutil import write_json_atomic
-    from airetrain.plan.planner import plan_all, resolve_strategy
+    from airetrain.records import Plan, write_record
     from airetrain.roots import Root
+    from airetrain.stage.prepare import prepare
     from airetrain.stage.staging import stage_dataset, stage_record
 
-    scratch = tmp_path / "scratch"
-    config = {"roots": {"scratch": str(scratch), "tmp_shared": str(tmp_path / "fast")}, "runs": {name: run_cfg}}
-    plan = resolve_strategy(plan_all(config, env={"HOME": "/nonexistent"})[name])
-    if plan["config"]["data"]["name"] in prepared():
-        prepare(plan["config"]["data"]["name"], plan["dataset"])
+    plan = resolve_plan(make_plan(run_cfg, tmp_path, name))
+    if plan.config.data.name in prepared():
+        prepare(plan.config.data.name, plan.dataset)
     out = tmp_path / "results" / name
-    write_json_atomic(out / "plan.json", plan)
+    write_record(out / "plan.json", Plan, plan)
     target = tmp_path / "fast" / "airetrain" / name / "data"
-    staged = stage_dataset(plan["dataset"], target, plan["config"]["data"]["format"]) if plan["dataset"] else None
+    staged = stage_dataset(plan.dataset, target, plan.config.data.format) if plan.dataset else None
     write_json_atomic(out / "stage.json", stage_record(staged, Root(tmp_path / "fast", "config"), None))
     cmd = [sys.executable, "-m", "airetrain", "launch", "--plan", str(out / "plan.json"),
            "--stage", str(out / "stage.json"), "--out", str(out), "--script", str(REPO / "scripts/train.py")]
@@ -176,8 +270,9 @@ def slurm_cluster():
     """
     state = slurm_state()
     env = {**os.environ, "SLURM_CONF": str(state / "etc" / "slurm.conf")}
+    started = False
     if not _cluster_answers(env):
-        problem = None
+        problem, started = None, True
         if os.geteuid() != 0:
             problem = "the SLURM test cluster needs root (tests/slurm/up.sh)"
         else:
@@ -190,28 +285,42 @@ def slurm_cluster():
             if os.environ.get("CI"):
                 pytest.fail(problem)
             pytest.skip(problem)
-    return {"SLURM_CONF": env["SLURM_CONF"]}
+    yield {"SLURM_CONF": env["SLURM_CONF"]}
+    if started:   # a cluster this session started is stopped with it; one that was up before is left up
+        subprocess.run(["bash", str(SLURM_DIR / "down.sh")], env={**os.environ, "AIRETRAIN_SLURM_STATE": str(state)},
+                       capture_output=True, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def second_filesystem(tmp_path_factory):
+    """A filesystem of its own for the test session: a small tmpfs mounted for it (as root), unmounted at
+    its end. Aire's fast root is another filesystem than scratch, so checkpoints are copied there, not
+    hard-linked: a test of the copy needs this. Without root it is skipped with the reason (a failure
+    under CI=true); never replaced by a link in silence."""
+    mount = tmp_path_factory.mktemp("second-filesystem")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1g,mode=0755", "airetrain-test", str(mount)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        problem = f"a second filesystem needs root to mount a tmpfs: {proc.stderr.strip()}"
+        if os.environ.get("CI"):
+            pytest.fail(problem)
+        pytest.skip(problem)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 @pytest.fixture
-def fast_elsewhere(tmp_path):
-    """Make tmp_path/fast, the fast root of prepare_training, a directory on another filesystem than
-    tmp_path (/dev/shm, a tmpfs), as Aire's fast root is another filesystem than scratch: checkpoints
-    are then copied to scratch, not hard-linked. Yields how promotion puts them there: "copied", or
-    "linked" where this machine has no such second filesystem with room (the test still runs)."""
+def fast_elsewhere(tmp_path, second_filesystem):
+    """Make tmp_path/fast, the fast root of prepare_training, a directory on the second filesystem, as
+    Aire's fast root is another filesystem than scratch: checkpoints are then copied to scratch."""
     import shutil
-    import tempfile
 
-    shm = Path("/dev/shm")
-    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev or shutil.disk_usage(shm).free < 2 << 30:
-        yield "linked"
-        return
-    elsewhere = Path(tempfile.mkdtemp(prefix="airetrain-test-fast-", dir=shm))
+    elsewhere = second_filesystem / tmp_path.name
+    elsewhere.mkdir()
     (tmp_path / "fast").symlink_to(elsewhere, target_is_directory=True)
-    try:
-        yield "copied"
-    finally:
-        shutil.rmtree(elsewhere, ignore_errors=True)
+    assert os.stat(elsewhere).st_dev != os.stat(tmp_path).st_dev
+    yield elsewhere
+    shutil.rmtree(elsewhere, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -234,15 +343,15 @@ def synthetic_history(scratch: Path, plan: dict, job_id: str, seconds_per_step: 
     from airetrain.history import HISTORY, profile, profile_id
 
     prof = profile(plan)
-    line = {"run": plan["run"], "job_id": job_id, "recorded": time.time(), "epochs": plan["config"]["train"]["epochs"],
+    line = {"run": plan.run, "job_id": job_id, "recorded": time.time(), "epochs": plan.config.train.epochs,
             "profile_id": profile_id(prof), "profile": prof,
-            "requested": {"mem_mb_per_node": plan["slurm"]["mem_mb"], "cpus_per_node": plan["cpus_per_node"],
-                          "time_min": plan["time_min"]["total"]},
+            "requested": {"mem_mb_per_node": plan.slurm.mem_mb, "cpus_per_node": plan.cpus_per_node,
+                          "time_min": plan.time_min.total},
             "measured": {"source": "synthetic", "mem_peak_mb_per_node": 1000.0, "busy_cores_per_node": 1.0,
                          "seconds_per_step": seconds_per_step, "steps": steps, "steps_this_session": steps,
                          "samples_per_s": None, "train_s": seconds_per_step * steps, "stage_s": stage_s,
                          "promote_s": promote_s, "elapsed_s": None, "startup_s": startup_s, "data_wait_frac": None}}
-    directory = scratch / "airetrain" / plan["run"]
+    directory = scratch / "airetrain" / plan.run
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / HISTORY, "a") as f:
         f.write(json.dumps(line) + "\n")

@@ -1,17 +1,17 @@
-"""The trainer's checkpoint manager: save in the background, promote to scratch, resume exactly.
+"""The trainer's checkpointer: when to save, saving in the background, promotion to scratch, resuming exactly.
 
-    ckpt = Checkpointer(d, par, optimizer, plan, fast_root)
-    trainer_state = ckpt.restore()            # None on a fresh start; every rank gets the state
-    ckpt.save(trainer_state)                  # every N steps and at epoch ends; returns after the copy
+    ckpt = Checkpointer(d, par, optimizer, plan, fast_root, fast_node_local)
+    trainer = ckpt.restore()                  # None on a fresh start; every rank gets the trainer state
+    ckpt.save_if_due(position, steps_per_epoch, session.trainer_state)   # after every step: the policy decides
+    ckpt.save(trainer, blocking=True)         # now, and durable before it returns (a stop)
     ckpt.finish()                             # waits for the last write and its promotion
 
-DDP: rank 0 writes one file. FSDP: torch.distributed.checkpoint writes each rank's shards
-(async_save on a gloo group of its own: on the default group it hangs while training goes on,
-3 times of 3 with torch 2.13 on gloo).
-Training stalls only while the state is copied to CPU memory; the write, the fsyncs, the
-manifest and the copy to scratch run in the background, one save at a time, so the newest
-checkpoint is on scratch before the next one starts: DDP's in a writer process fed through shared
-memory (checkpoint.writer), FSDP's in DCP's background thread.
+DDP: rank 0 writes one file. FSDP: torch.distributed.checkpoint writes each rank's shards, with
+async_save on a gloo group of its own (on the default group it hangs while training goes on).
+Training stalls only while the state is copied to CPU memory; the write, the fsyncs, the manifest
+and the copy to scratch run in the background, one save at a time, so the newest checkpoint is on
+scratch before the next one starts: DDP's in a writer process fed through shared memory or in a
+thread (checkpoint.writer), FSDP's in DCP's background thread.
 """
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ from torch.distributed.checkpoint.state_dict import (
 
 from . import store, writer
 from .promote import promote
+from ..records import Plan
 from ..roots import run_dir
+from .policy import Position, SavePolicy
 
 log = logging.getLogger("airetrain.checkpoint.manager")
 
@@ -82,17 +84,18 @@ def cpu_copy(tree, buffers: dict, shared: bool = False, path: tuple = ()):
 
 
 class Checkpointer:
-    def __init__(self, d, par, optimizer, plan: dict, fast_root: Path, fast_node_local: bool):
-        cfg = plan["config"]["checkpoint"]
+    def __init__(self, d, par, optimizer, plan: Plan, fast_root: Path, fast_node_local: bool):
+        cfg = plan.config.checkpoint
         self.d, self.par, self.optimizer = d, par, optimizer
         self.sharded = par.strategy == "fsdp"
-        self.durable = Path(plan["durable_dir"])
-        self.fingerprint = store.fingerprint(plan["config"])
-        self.keep, self.background = cfg["keep"], cfg["async"]
-        fast = run_dir(fast_root, plan["run"]) / "checkpoints"
+        self.durable = plan.checkpoints_dir
+        self.fingerprint = store.fingerprint(plan.config)
+        self.keep, self.background = cfg.keep, cfg.async_
+        self.policy = SavePolicy.from_config(plan.config)
+        fast = run_dir(fast_root, plan.run) / "checkpoints"
         # Every rank writes DCP shards: on node-local disks of a multi-node job they would be split
         # across nodes, so sharded checkpoints then go to scratch directly.
-        self.dir = self.durable if self.sharded and fast_node_local and plan["nodes"] > 1 else fast
+        self.dir = self.durable if self.sharded and fast_node_local and plan.nodes > 1 else fast
         if d.is_main:
             for directory in {self.dir, self.durable}:
                 store.clean_partial(directory)
@@ -105,12 +108,20 @@ class Checkpointer:
         self._buffers: dict = {}            # staging buffers, reused: shared for the writer, page-locked for GPUs
         # DDP's background saves go to a writer process (checkpoint.writer) or a thread (checkpoint.writer
         # in the config); FSDP's to DCP's async_save
-        kind = cfg["writer"] if cfg["writer"] != "auto" else ("process" if d.device.type == "cuda" else "thread")
+        kind = cfg.writer if cfg.writer != "auto" else ("process" if d.device.type == "cuda" else "thread")
         self._writer = writer.Writer() if d.is_main and self.background and not self.sharded and kind == "process" \
             else None
         self._shared: bool | None = None   # decided at the first save, once the state's size is known
 
     # ---- saving
+    def save_if_due(self, position: Position, steps_per_epoch: int, trainer_state) -> bool:
+        """Save (in the background) where the policy says this position is due; whether it did. A
+        collective: every rank calls it after every step. trainer_state() gives the state to save."""
+        if not self.policy.due_at(position, steps_per_epoch):
+            return False
+        self.save(trainer_state())
+        return True
+
     def save(self, trainer: dict, blocking: bool = False) -> None:
         """Save the model, optimizer and trainer state. A collective: every rank calls it."""
         t0 = time.perf_counter()

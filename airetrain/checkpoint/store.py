@@ -27,6 +27,7 @@ import torch
 
 from ..fsutil import (commit, fsync_dir, read_json, sha256_file, write_bytes_atomic, write_json_atomic,
                       write_stream_atomic)
+from ..run_config import RunConfig
 
 log = logging.getLogger("airetrain.checkpoint.store")
 MANIFEST = "manifest.json"
@@ -53,9 +54,9 @@ _NOT_FINGERPRINTED_NESTED = {("data", "workers"), ("data", "verify_sha256"), ("t
 FORMAT = 3  # bump when the checkpoint's layout changes: older files are then never resumed from
 
 
-def fingerprint(config: dict) -> str:
+def fingerprint(config: RunConfig) -> str:
     """Hash of the training-relevant config: a checkpoint resumes only a run with the same one."""
-    kept = {k: v for k, v in config.items() if k not in _NOT_FINGERPRINTED}
+    kept = {k: v for k, v in config.to_dict().items() if k not in _NOT_FINGERPRINTED}
     kept["__format__"] = FORMAT
     for section, key in _NOT_FINGERPRINTED_NESTED:
         kept[section] = {k: v for k, v in kept.get(section, {}).items() if k != key}

@@ -8,20 +8,16 @@ from __future__ import annotations
 import copy
 import re
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import yaml
 
 from ..errors import ConfigError
+from ..run_config import RunConfig, Settings
+from ..schema import defaults_from_schema, load_schema, resolve_ref as _resolve_ref
 
-SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 SLURM_NAME = SAFE_NAME   # accounts and QoS, also where they come from the environment ($SBATCH_ACCOUNT)
-
-
-def load_schema() -> dict:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
 
 
 def load_yaml(path: str | Path) -> dict:
@@ -40,17 +36,6 @@ def check_name(name: str, what: str = "run name") -> str:
             "(it becomes a SLURM job name, a directory and a shell argument)"
         )
     return name
-
-
-def _resolve_ref(schema: dict, root: dict) -> dict:
-    while "$ref" in schema:
-        ref = schema["$ref"]
-        node = root
-        for part in ref.lstrip("#/").split("/"):
-            node = node[part]
-        merged = {k: v for k, v in schema.items() if k != "$ref"}
-        schema = {**node, **merged}
-    return schema
 
 
 def _subschema(root: dict, path: list) -> dict:
@@ -108,23 +93,6 @@ def validate(config: dict, schema: dict | None = None) -> None:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(lines))
 
 
-_MISSING = object()
-
-
-def defaults_from_schema(schema: dict, root: dict | None = None) -> Any:
-    """A complete default value built from the schema's `default:` entries."""
-    root = root or schema
-    schema = _resolve_ref(schema, root)
-    if "properties" in schema:
-        out = {}
-        for key, sub in schema["properties"].items():
-            value = defaults_from_schema(sub, root)
-            if value is not _MISSING:
-                out[key] = value
-        return out
-    return copy.deepcopy(schema["default"]) if "default" in schema else _MISSING
-
-
 def deep_merge(base: dict, override: dict) -> dict:
     out = copy.deepcopy(base)
     for key, value in (override or {}).items():
@@ -144,8 +112,9 @@ def has_run_key(schema: dict, dotted: str) -> bool:
     return True
 
 
-def resolve(config: dict) -> tuple[dict, dict[str, dict]]:
-    """Validate, expand the sweep, and return (top-level settings, {run name: complete run config})."""
+def resolve(config: dict) -> tuple[Settings, dict[str, RunConfig]]:
+    """Validate, expand the sweep, and return (the settings every run shares, {run name: its config}),
+    as typed records made from the complete config."""
     from . import sweep
 
     schema = load_schema()
@@ -160,5 +129,5 @@ def resolve(config: dict) -> tuple[dict, dict[str, dict]]:
     runs = {}
     for name, overrides in expanded["runs"].items():
         check_name(name)
-        runs[name] = deep_merge(base, overrides or {})
-    return top, runs
+        runs[name] = RunConfig.from_dict(deep_merge(base, overrides or {}), f"runs.{name}")
+    return Settings.from_dict({"roots": top["roots"], "site": top["site"]}), runs

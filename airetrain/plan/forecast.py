@@ -25,6 +25,8 @@ from typing import Callable
 from ..errors import ConfigError
 from ..history import profile, profile_id
 from ..units import format_duration
+from ..records import Plan
+from .request import sbatch_options
 from .rightsize import largest, planned_steps
 from ..text import aligned
 
@@ -37,16 +39,14 @@ def family(prof: dict) -> str:
     return profile_id({k: v for k, v in prof.items() if k not in LAYOUT_KEYS})
 
 
-def predicted_start(plan: dict, env=None, now: datetime | None = None) -> tuple[datetime | None, str]:
+def predicted_start(plan: Plan, env=None, now: datetime | None = None) -> tuple[datetime | None, str]:
     """(when SLURM would start this request, how that was found), or (None, why it could not be had)."""
-    from .sbatch import request
-
     now = now or datetime.now().astimezone()
     sbatch = shutil.which("sbatch", path=(os.environ if env is None else env).get("PATH", ""))
     if sbatch is None:
         return None, "sbatch is not available here: compared by duration alone"
     try:
-        proc = subprocess.run([sbatch, "--test-only", *request(plan), "--wrap", "true"], capture_output=True,
+        proc = subprocess.run([sbatch, "--test-only", *sbatch_options(plan), "--wrap", "true"], capture_output=True,
                               text=True, timeout=30, env=env)
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, f"sbatch --test-only failed ({e}): compared by duration alone"
@@ -68,9 +68,9 @@ def _scaling(step_s: dict[int, float], world: int) -> tuple[float, str] | None:
     return (step_s[a] * a) / (step_s[b] * b), f"the scaling efficiency measured from {a} to {b}"
 
 
-def predicted_duration(plan: dict, lines: list[dict]) -> tuple[float | None, str]:
+def predicted_duration(plan: Plan, lines: list[dict]) -> tuple[float | None, str]:
     """(seconds the job would take, how that was found), or (None, why not) without history."""
-    world, unit = plan["world_size"], "GPUs" if plan["gpus"] else "ranks"
+    world, unit = plan.world_size, "GPUs" if plan.gpus else "ranks"
     prof = profile(plan)
     same = [line for line in lines if line["profile_id"] == profile_id(prof)
             and line["measured"].get("seconds_per_step")]
@@ -102,7 +102,7 @@ def predicted_duration(plan: dict, lines: list[dict]) -> tuple[float | None, str
     return step_s * steps + rest, f"{steps} steps x {step_s:.3g} s + {rest:.0f} s start-up, stage, promote; {how}"
 
 
-def layouts(gpus: list[int], plan_for: Callable[[int], dict], lines: list[dict], env=None,
+def layouts(gpus: list[int], plan_for: Callable[[int], Plan], lines: list[dict], env=None,
             now: datetime | None = None) -> list[dict]:
     """One row per GPU count: its layout, predicted start, duration and finish (or why it is refused);
     the earliest finish marked."""
@@ -116,9 +116,9 @@ def layouts(gpus: list[int], plan_for: Callable[[int], dict], lines: list[dict],
             continue
         start, start_how = predicted_start(plan, env, now)
         duration, duration_how = predicted_duration(plan, lines)
-        limit = plan["time_min"]["total"] * 60
-        row = {"gpus": count, "nodes": plan["nodes"], "world_size": plan["world_size"],
-               "grad_accum": plan["batch"]["grad_accum"], "refused": None, "time_limit_s": limit,
+        limit = plan.time_min.total * 60
+        row = {"gpus": count, "nodes": plan.nodes, "world_size": plan.world_size,
+               "grad_accum": plan.batch.grad_accum, "refused": None, "time_limit_s": limit,
                "start": start.isoformat(timespec="seconds") if start else None, "start_how": start_how,
                "wait_s": (start - now).total_seconds() if start else None,
                "duration_s": round(duration, 1) if duration is not None else None, "duration_how": duration_how}

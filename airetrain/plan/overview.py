@@ -1,26 +1,25 @@
 """The plan of every run as one table, printed by the workflow and by `airetrain plan`."""
 from __future__ import annotations
 
+from ..records import Plan
 from ..text import aligned
 
 
-def format_table(plans: dict[str, dict]) -> str:
+def format_table(plans: dict[str, Plan]) -> str:
     """One line per run: what it asks for and how its batch is made."""
     header = ["run", "device", "world", "nodes", "ranks/node", "gres", "cores/node", "mem/node",
               "time", "global = per_device x world x accum", "strategy", "precision"]
     rows = []
     for name, p in plans.items():
-        b = p["batch"]
+        b = p.batch
         rows.append([
-            name, p["device"], str(p["world_size"]), str(p["nodes"]), str(p["nproc_per_node"]),
-            p["slurm"]["gres"] or "-", str(p["cpus_per_node"]), f"{p['mem_gb_per_node']:g}G",
-            f"{p['time_min']['total']}m",
-            f"{b['global']} = {b['per_device']} x {p['world_size']} x {b['grad_accum']}",
-            p["strategy"], p["precision"],
+            name, p.device, str(p.world_size), str(p.nodes), str(p.nproc_per_node), p.slurm.gres or "-",
+            str(p.cpus_per_node), f"{p.mem_gb_per_node:g}G", f"{p.time_min.total}m",
+            f"{b.global_} = {b.per_device} x {p.world_size} x {b.grad_accum}", p.strategy, p.precision,
         ])
-    measured = [f"{name}: resources measured, from {p['right_sized']['from']}: " + "; ".join(
-        f"{key} {_value(req['value'])} ({req['how']})" for key, req in p["right_sized"].items()
-        if isinstance(req, dict)) for name, p in plans.items() if p.get("right_sized")]
+    measured = [f"{name}: resources measured, from {p.right_sized['from']}: " + "; ".join(
+        f"{key} {_value(req['value'])} ({req['how']})" for key, req in p.right_sized.items()
+        if isinstance(req, dict)) for name, p in plans.items() if p.right_sized]
     return "\n".join([*aligned([header, *rows], rule=True), *measured])
 
 

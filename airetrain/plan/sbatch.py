@@ -10,36 +10,22 @@ import json
 import shlex
 from pathlib import Path
 
-from ..units import format_duration
-from .commands import command, run_paths
 from ..environment import APPENDED
+from ..records import Plan
+from ..typed import to_dict
+from .commands import command, run_paths
 from .planner import datasets_to_prepare
+from .request import sbatch_options
 
 PLAN_END = "AIRETRAIN_PLAN_END"
 
 
-def request(plan: dict) -> list[str]:
-    """What the run's job asks SLURM for, as sbatch options (the script's and the forecast's)."""
-    slurm = plan["slurm"]
-    return [
-        f"--partition={slurm['partition']}",
-        *([f"--account={slurm['account']}"] if slurm["account"] else []),
-        *([f"--qos={slurm['qos']}"] if slurm.get("qos") else []),
-        f"--nodes={plan['nodes']}",
-        "--ntasks-per-node=1",
-        f"--cpus-per-task={slurm['cpus_per_task']}",
-        f"--mem={slurm['mem_mb']}",
-        *([f"--gres={slurm['gres']}"] if slurm["gres"] else []),
-        f"--time={format_duration(plan['time_min']['total'] * 60)}",
-    ]
-
-
-def script(plan: dict, workdir: str | Path, repo: str | Path) -> str:
+def script(plan: Plan, workdir: str | Path, repo: str | Path) -> str:
     q = shlex.quote
-    run, slurm, workdir, repo = plan["run"], plan["slurm"], Path(workdir).absolute(), Path(repo).absolute()
-    directives = [f"--job-name={run}", *request(plan), *slurm["extra"].split(),
+    run, workdir, repo = plan.run, Path(workdir).absolute(), Path(repo).absolute()
+    directives = [f"--job-name={run}", *sbatch_options(plan), *plan.slurm.extra.split(),
                   f"--output={workdir}/airetrain-{run}-%j.out"]
-    plan_json = json.dumps(plan, indent=1, sort_keys=True)
+    plan_json = json.dumps(to_dict(plan), indent=1, sort_keys=True)
     assert PLAN_END not in plan_json
     paths = run_paths(run)
     lines = [
@@ -50,7 +36,7 @@ def script(plan: dict, workdir: str | Path, repo: str | Path) -> str:
         "set -euo pipefail",
         f"cd {q(str(workdir))}",
         f"export PYTHONPATH={q(str(repo))}${{PYTHONPATH:+:$PYTHONPATH}}",
-        *(f"export {k}={q(v)}" + (f"${{{k}:+:${k}}}" if k in APPENDED else "") for k, v in sorted(plan["env"].items())),
+        *(f"export {k}={q(v)}" + (f"${{{k}:+:${k}}}" if k in APPENDED else "") for k, v in sorted(plan.env.items())),
         f"mkdir -p {q(paths['out'])}",
         f"cat > {q(paths['plan'])} <<'{PLAN_END}'",
         plan_json,

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from ..hardware import GPUS
 from ..history import everything
+from ..quota import pack_command
+from ..records import Plan
 from ..text import human_mb
 from ..units import format_duration
 
@@ -31,21 +33,12 @@ def _cores(n: int) -> str:
     return f"{n} core" if n == 1 else f"{n} cores"
 
 
-def advise(row: dict) -> list[str]:
+def _requests(row: dict, wait: float | None) -> list[str]:
+    """A finished job's cores, memory and time, where it used under half of what it asked for."""
     tips = []
-    state = row.get("job_state") or ""
     cpu_eff, mem_eff, time_eff = _num(row, "cpu_eff"), _num(row, "mem_eff"), _num(row, "time_eff")
-    wait = _num(row, "data_wait_frac")
     cpus, ranks = _num(row, "cpus"), _num(row, "world_size") or 1
-    if state == "OUT_OF_MEMORY":
-        tips.append(f"ran out of memory with {row.get('mem_alloc_mb', 0):.0f} MB: ask for more memory "
-                    "(mem_gb_per_rank), or lower batch.per_device")
-    if state == "TIMEOUT":
-        tips.append(f"hit its time limit after {row.get('elapsed_s', 0) / 60:.0f} min: raise time_min.train, "
-                    "or keep checkpoint.requeue on so it continues from its checkpoint")
-    finished = state in ("COMPLETED", "")
-    sizing = len(tips)
-    if cpu_eff is not None and cpus and cpu_eff < LOW and finished:
+    if cpu_eff is not None and cpus and cpu_eff < LOW:
         used = max(1, math.ceil(round(cpu_eff * cpus / 0.8, 6)))   # busy cores at 80 % load
         if wait is not None and wait > 0.1:
             tips.append(f"CPU efficiency {cpu_eff:.0%} of {_cores(cpus)}, yet {wait:.0%} of step time waits for "
@@ -55,19 +48,34 @@ def advise(row: dict) -> list[str]:
             tips.append(f"CPU efficiency {cpu_eff:.0%} of {_cores(cpus)} (about {cpu_eff * cpus:.1f} busy): "
                         f"ask for {_cores(used)} (--cpus-per-task={used} on one node; "
                         f"cpus_per_rank: {per_rank})")
-    if mem_eff is not None and mem_eff < LOW and finished:
+    if mem_eff is not None and mem_eff < LOW:
         used = row["mem_used_mb"]
         suggest = math.ceil(used * HEADROOM / 1024)
         per_rank = f" (mem_gb_per_rank: {math.ceil(used * HEADROOM / ranks / 1024)})" if row.get("world_size") else ""
         tips.append(f"memory: peak {used:.0f} MB of {row['mem_alloc_mb']:.0f} MB ({mem_eff:.0%}): "
                     f"--mem={suggest}G would do (peak + 20 %){per_rank}")
-    if time_eff is not None and time_eff < LOW and finished:
+    if time_eff is not None and time_eff < LOW:
         minutes = math.ceil(row["elapsed_s"] * TIME_HEADROOM / 60)
         where = " (time_min: stage, train and promote add up to it)" if row.get("world_size") else ""
         tips.append(f"time: used {row['elapsed_s'] / 60:.1f} of {row['timelimit_s'] / 60:.0f} min ({time_eff:.0%}): "
                     f"ask for --time={format_duration(minutes * 60)}{where}; shorter jobs start sooner (backfill)")
-    resized = len(tips) > sizing
-    if resized and row.get("world_size") and finished:   # a pipeline run: one config line does all of it
+    return tips
+
+
+def advise(row: dict) -> list[str]:
+    tips = []
+    state = row.get("job_state") or ""
+    wait = _num(row, "data_wait_frac")
+    if state == "OUT_OF_MEMORY":
+        tips.append(f"ran out of memory with {row.get('mem_alloc_mb', 0):.0f} MB: ask for more memory "
+                    "(mem_gb_per_rank), or lower batch.per_device")
+    if state == "TIMEOUT":
+        tips.append(f"hit its time limit after {row.get('elapsed_s', 0) / 60:.0f} min: raise time_min.train, "
+                    "or keep checkpoint.requeue on so it continues from its checkpoint")
+    finished = state in ("COMPLETED", "")
+    resized = _requests(row, wait) if finished else []
+    tips += resized
+    if resized and row.get("world_size"):   # a pipeline run: one config line does all of it
         tips.append(f"to ask for what this run used, set resources: measured in runs.{row.get('run', '<run>')} "
                     "(or in defaults): "
                     "the next plan takes memory, cores and time from its measurements (airetrain plan --right-size "
@@ -88,7 +96,6 @@ def advise(row: dict) -> list[str]:
                     "strategy: ddp avoids the all-gathers")
     stage_frac = _num(row, "stage_frac")
     if stage_frac is not None and stage_frac > STAGE_SLOW and row.get("stage_format") == "folder":
-        from ..quota import pack_command
         tips.append(f"staging {row['stage_files']:,} files took {row['stage_s']:.0f} s, {stage_frac:.0%} of the job: "
                     f"pack this dataset into shards and stage those: {pack_command(row['stage_source'])}")
     if wait is not None and wait > DATA_BOUND:
@@ -102,15 +109,14 @@ def _used(mem_eff, time_eff, mem_mb, minutes) -> str:
     return ", ".join(p for p in parts if p) or "no accounting figures"
 
 
-def learned(plan: dict, row: dict, scratch: Path) -> str | None:
+def learned(plan: Plan, row: dict, scratch: Path) -> str | None:
     """A right-sized run next to the jobs it learned from: how much of each request each used
     (row: the report's row of the right-sized run)."""
-    sized = plan.get("right_sized")
+    sized = plan.right_sized
     if not sized:
         return None
-    nodes = plan["nodes"]
-    mine = _used(row.get("mem_eff"), row.get("time_eff"), row.get("mem_alloc_mb") or plan["slurm"]["mem_mb"] * nodes,
-                 plan["time_min"]["total"])
+    mine = _used(row.get("mem_eff"), row.get("time_eff"), row.get("mem_alloc_mb") or plan.slurm.mem_mb * plan.nodes,
+                 plan.time_min.total)
     wanted = {(s["run"], s["job_id"]) for s in sized.get("sources", [])}
     theirs = []
     for line in everything(scratch):

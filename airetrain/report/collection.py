@@ -3,7 +3,7 @@
 Sources, per run directory results/<run>/:
     train.json         the trainer's own figures (throughput, MFU, GPU use, data wait, job id)
     plan.json          what was asked for, and the strategy's memory estimate
-    SLURM accounting   ONE `sacct` call for every run's job (report.sacct), where there is sacct
+    SLURM accounting   ONE `sacct` call for every run's job (query.py, fold.py), where there is sacct
     benchmarks/*.tsv   Snakemake `benchmark:` files: wall time, CPU time, peak RSS of each step
                        (the fallback without SLURM accounting: a laptop)
 `airetrain report --jobs/--since` builds the same table for any SLURM jobs (accounting columns only).
@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..fsutil import read_json
-from ..records import STOPPED
+from ..records import STOPPED, Plan, read_plan
 from ..run_log import hangs
-from . import sacct
-from .advice import advise
+from .fold import Job, parse
+from .query import query
+from .seff import seff_check
+from .advice import advise, learned
 
 if TYPE_CHECKING:   # pandas costs a fifth of a second to import: not for the printed table of jobs_rows
     import pandas as pd
@@ -80,7 +82,7 @@ def _rounded(figures: dict) -> dict:
     return {k: float(f"{v:.6g}") if isinstance(v, float) else v for k, v in figures.items()}
 
 
-def job_row(job: sacct.Job) -> dict:
+def job_row(job: Job) -> dict:
     """Accounting columns of one job: what seff shows, and more."""
     f = job.figures()
     row = {k: f[k] for k in ("elapsed_s", "timelimit_s", "time_eff", "cpus", "cpu_eff", "mem_used_mb",
@@ -93,12 +95,12 @@ def job_row(job: sacct.Job) -> dict:
     return _rounded(row)
 
 
-def benchmark_row(bench: pd.DataFrame, plan: dict) -> dict:
+def benchmark_row(bench: pd.DataFrame, plan: Plan | None) -> dict:
     """Without SLURM: the same columns from Snakemake's benchmark files (cores and memory from the plan)."""
     elapsed, cpu = float(bench["s"].sum()), float(bench["cpu_time"].sum())
-    cores = plan.get("cpus_per_node", 1) * plan.get("nodes", 1)
+    cores = plan.cpus_per_node * plan.nodes if plan else 1
     used = float(bench["max_rss"].max())
-    alloc = plan["mem_gb_per_node"] * 1024 * plan.get("nodes", 1) if plan else None
+    alloc = plan.mem_gb_per_node * 1024 * plan.nodes if plan else None
     return _rounded({"source": "benchmark", "elapsed_s": elapsed, "cpus": cores,
                      "cpu_eff": cpu / (elapsed * cores) if elapsed > 0 else None,
                      "mem_used_mb": used, "mem_alloc_mb": alloc, "mem_eff": used / alloc if alloc else None})
@@ -118,7 +120,7 @@ def _stage_figures(run_dir: Path, elapsed_s: float | None) -> dict:
 
 def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
     row = {"run": run_dir.name}
-    plan = read_json(run_dir / "plan.json") if (run_dir / "plan.json").exists() else {}
+    plan = read_plan(run_dir)
     train = read_json(run_dir / "train.json") if (run_dir / "train.json").exists() else None
     promoted = (run_dir / "checkpoint.json").exists()
     stopped = (run_dir / STOPPED).exists()
@@ -131,12 +133,11 @@ def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
     elif bench is not None:
         row.update(benchmark_row(bench, plan))
     row.update(_stage_figures(run_dir, row.get("elapsed_s")))
-    if plan.get("durable_dir"):
-        row["hangs"] = len(hangs(Path(plan["durable_dir"]).parent))
-    if plan.get("right_sized"):
-        from .advice import learned
-        row["learned_from"] = plan["right_sized"]["from"]
-        row["right_sizing"] = learned(plan, row, Path(plan["roots"]["scratch"]))
+    if plan:
+        row["hangs"] = len(hangs(plan.durable_dir))
+    if plan and plan.right_sized:
+        row["learned_from"] = plan.right_sized["from"]
+        row["right_sizing"] = learned(plan, row, plan.roots.scratch)
     if train:
         for key in ("samples_per_s", "mfu", "data_wait_frac", "eval_loss", "eval_accuracy", "world_size",
                     "device", "strategy"):
@@ -180,9 +181,9 @@ def table(results: str | Path, runs: list[str]) -> pd.DataFrame:
     """The pipeline's table: one row per run, one sacct call for all their jobs."""
     job_ids = [str(j) for run in runs if (p := Path(results) / run / "train.json").exists()
                and (j := read_json(p).get("slurm_job_id"))]
-    accounting = sacct.query(job_ids)
+    accounting = query(job_ids)
     rows = [run_row(Path(results) / run, accounting) for run in runs]
-    return _finish(rows, sacct.seff_check({j: accounting[j] for j in job_ids if j in accounting})
+    return _finish(rows, seff_check({j: accounting[j] for j in job_ids if j in accounting})
                    if accounting else {})
 
 
@@ -190,11 +191,11 @@ def jobs_rows(job_ids: list[str] | None = None, since: str | None = None,
               text: str | None = None) -> tuple[list[dict], list[str]]:
     """Any SLURM jobs (by id, or started since a date), from one sacct call (or its captured text):
     the rows and the columns, without pandas (what `airetrain report --jobs` prints)."""
-    jobs = sacct.parse(text, job_ids) if text is not None else sacct.query(job_ids, since)
+    jobs = parse(text, job_ids) if text is not None else query(job_ids, since)
     if jobs is None:
         raise RuntimeError("sacct is not available here (or it failed): this needs SLURM accounting")
     rows = [{"run": job.name or job.job_id, **job_row(job)} for job in jobs.values()]
-    return _finished(rows, sacct.seff_check(jobs) if text is None else {})
+    return _finished(rows, seff_check(jobs) if text is None else {})
 
 
 def jobs_table(job_ids: list[str] | None = None, since: str | None = None, text: str | None = None) -> pd.DataFrame:

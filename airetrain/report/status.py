@@ -20,9 +20,9 @@ from pathlib import Path
 
 from ..fsutil import read_json
 from ..text import clock
-from ..records import STOPPED
-from ..run_log import LOCK, SESSIONS, hangs
-from . import sacct
+from ..records import STOPPED, Plan, read_plan
+from ..run_log import LOCK, hangs, sessions
+from .query import query
 
 SQUEUE_FORMAT = "%i|%T|%r|%S|%k"
 FAILED = ("FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
@@ -90,23 +90,21 @@ def last_error(logs: Path) -> tuple[str, str] | None:
     return None
 
 
-def _sessions(plan: dict | None) -> list[dict]:
+def _sessions(plan: Plan | None) -> list[dict]:
     if not plan:
         return []
-    path = Path(plan["durable_dir"]).parent / SESSIONS
     try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (FileNotFoundError, ValueError):
+        return sessions(plan.durable_dir)
+    except ValueError:   # a line being written this instant
         return []
 
 
 def run_status(name: str, results: Path, logs: Path, queued: dict | None, accounting: dict) -> dict:
     """One run's row: state and what to know about it."""
     out = results / name
-    plan = read_json(out / "plan.json") if (out / "plan.json").exists() else None
+    plan = read_plan(out)
     row = {"run": name, "state": "planned", "job_id": None, "detail": ""}
-    sessions = _sessions(plan)
-    job_ids = [s["slurm_job_id"] for s in sessions if s.get("slurm_job_id")]
+    job_ids = [s["slurm_job_id"] for s in _sessions(plan) if s.get("slurm_job_id")]
     if job_ids:
         row["job_id"] = job_ids[-1]
         job = accounting.get(str(job_ids[-1]))
@@ -126,18 +124,7 @@ def run_status(name: str, results: Path, logs: Path, queued: dict | None, accoun
         start = f", expected start {queued['start']}" if queued["start"] not in ("N/A", "") else ""
         row["detail"] = f"({queued['reason']}){start}"
     elif queued and queued.get("state") in ("RUNNING", "COMPLETING"):
-        row["job_id"] = queued["job_id"]
-        started = _epoch(queued["start"])
-        since = (started or 0) - 5   # this job's own files, not an earlier job's
-        holder = _lock_holder(plan)
-        if holder and holder != str(queued["job_id"]):   # the run's lock: another job trains it
-            row.update(state="waiting", detail=f"for SLURM job {holder}, which trains this run (its lock)")
-        elif progress and "step" in progress and progress.get("time", 0) >= since:
-            _training(row, progress)
-        elif (out / "stage.json").exists() and (out / "stage.json").stat().st_mtime >= since:
-            row.update(state="training", detail="starting: staged, torchrun is starting")
-        else:
-            row.update(state="staging", detail=f"since {queued['start']}")
+        _running(row, queued, plan, out, progress)
     elif (out / STOPPED).exists():
         stop = read_json(out / STOPPED)
         row.update(state="stopped", step=stop["step"], of_steps=stop["of_steps"])
@@ -158,19 +145,35 @@ def run_status(name: str, results: Path, logs: Path, queued: dict | None, accoun
             row.update(state="trained", detail="not promoted yet")
     if row.get("requeues"):
         row["detail"] = (row["detail"] + f" [requeued {row['requeues']}x]").strip()
-    hung = len(hangs(Path(plan["durable_dir"]).parent)) if plan else 0
+    hung = len(hangs(plan.durable_dir)) if plan else 0
     if hung:
         row["hangs"] = hung
         row["detail"] = (row["detail"] + f" [{hung} hang{'s' if hung > 1 else ''}: see hangs/]").strip()
     return row
 
 
-def _lock_holder(plan: dict | None) -> str | None:
+def _running(row: dict, queued: dict, plan: Plan | None, out: Path, progress: dict | None) -> None:
+    """A run whose job runs: waiting for the run's lock, training, starting, or staging."""
+    row["job_id"] = queued["job_id"]
+    started = _epoch(queued["start"])
+    since = (started or 0) - 5   # this job's own files, not an earlier job's
+    holder = _lock_holder(plan)
+    if holder and holder != str(queued["job_id"]):   # the run's lock: another job trains it
+        row.update(state="waiting", detail=f"for SLURM job {holder}, which trains this run (its lock)")
+    elif progress and "step" in progress and progress.get("time", 0) >= since:
+        _training(row, progress)
+    elif (out / "stage.json").exists() and (out / "stage.json").stat().st_mtime >= since:
+        row.update(state="training", detail="starting: staged, torchrun is starting")
+    else:
+        row.update(state="staging", detail=f"since {queued['start']}")
+
+
+def _lock_holder(plan: Plan | None) -> str | None:
     """The SLURM job that holds the run's trainer lock, if a job does."""
     if not plan:
         return None
     try:
-        return json.loads((Path(plan["durable_dir"]).parent / LOCK).read_text()).get("slurm_job_id")
+        return json.loads((plan.durable_dir / LOCK).read_text()).get("slurm_job_id")
     except (OSError, ValueError):
         return None
 
@@ -199,10 +202,9 @@ def status(runs: list[str], results: str | Path = "results", logs: str | Path = 
     queued = squeue_jobs(runs)
     job_ids = []
     for name in runs:
-        plan_path = results / name / "plan.json"
-        sessions = _sessions(read_json(plan_path)) if plan_path.exists() else []
-        job_ids += [str(s["slurm_job_id"]) for s in sessions[-1:] if s.get("slurm_job_id")]
-    accounting = (sacct.query(job_ids) or {}) if queued is not None and job_ids else {}
+        started = _sessions(read_plan(results / name))
+        job_ids += [str(s["slurm_job_id"]) for s in started[-1:] if s.get("slurm_job_id")]
+    accounting = (query(job_ids) or {}) if queued is not None and job_ids else {}
     return [run_status(name, results, logs, (queued or {}).get(name), accounting) for name in runs]
 
 

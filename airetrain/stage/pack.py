@@ -148,30 +148,37 @@ def pack(src: str | Path, dest: str | Path, shard_bytes: int = DEFAULT_SHARD_BYT
         f"{human_bytes(shard_bytes)} in {dest}, {jobs} workers"
         + (f"; kept {kept} finished shards from an earlier pack" if kept else ""))
     todo = [i for i in range(len(shards)) if i not in records]
-    todo_bytes = sum(files[rel][0] for i in todo for rel in shards[i])
-    done_bytes, last_log = 0, 0.0
     if todo:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
-            futures = {pool.submit(write_shard, str(src), str(dest), i, shards[i],
-                                   [files[rel][0] for rel in shards[i]]): i for i in todo}
-            for n, future in enumerate(as_completed(futures), 1):
-                i = futures[future]
-                record = {**future.result(), "listing": listings[i]}
-                write_json_atomic(dest / WORK / f"{record['name']}.json", record)  # marks the shard finished
-                records[i] = record
-                done_bytes += sum(files[rel][0] for rel in shards[i])
-                elapsed = time.perf_counter() - t0
-                if n == len(todo) or elapsed - last_log >= 5:
-                    rate = done_bytes / elapsed
-                    eta = clock((todo_bytes - done_bytes) / rate) if rate > 0 else "?"
-                    log(f"pack: {n}/{len(todo)} shards, {human_bytes(done_bytes)} of {human_bytes(todo_bytes)}, "
-                        f"{rate / 1e6:.0f} MB/s, ETA {eta}")
-                    last_log = elapsed
+        _write_shards(src, dest, shards, todo, files, listings, records, min(jobs, len(todo)), log)
     fsync_dir(dest)
     index = _write_index(src, dest, [records[i] for i in range(len(shards))], files)
     log(f"packed {index['files']} files into {index['shard_count']} shards ({human_bytes(index['shard_bytes'])}) "
         f"in {time.perf_counter() - t0:.1f} s: {dest / INDEX}")
     return index
+
+
+def _write_shards(src: Path, dest: Path, shards: list[list[str]], todo: list[int], files: dict, listings: dict,
+                  records: dict, jobs: int, log) -> None:
+    """Write the shards of todo in worker processes, each recorded as it finishes; progress every 5 s."""
+    t0 = time.perf_counter()
+    todo_bytes = sum(files[rel][0] for i in todo for rel in shards[i])
+    done_bytes, last_log = 0, 0.0
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(write_shard, str(src), str(dest), i, shards[i],
+                               [files[rel][0] for rel in shards[i]]): i for i in todo}
+        for n, future in enumerate(as_completed(futures), 1):
+            i = futures[future]
+            record = {**future.result(), "listing": listings[i]}
+            write_json_atomic(dest / WORK / f"{record['name']}.json", record)  # marks the shard finished
+            records[i] = record
+            done_bytes += sum(files[rel][0] for rel in shards[i])
+            elapsed = time.perf_counter() - t0
+            if n == len(todo) or elapsed - last_log >= 5:
+                rate = done_bytes / elapsed
+                eta = clock((todo_bytes - done_bytes) / rate) if rate > 0 else "?"
+                log(f"pack: {n}/{len(todo)} shards, {human_bytes(done_bytes)} of {human_bytes(todo_bytes)}, "
+                    f"{rate / 1e6:.0f} MB/s, ETA {eta}")
+                last_log = elapsed
 
 
 def _folders(files: dict) -> dict[str, int]:

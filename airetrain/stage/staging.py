@@ -10,7 +10,7 @@ import socket
 from pathlib import Path
 
 from ..quota import quota_messages
-from ..records import PlanRecord, StageRecord, read_record, write_record
+from ..records import Plan, StageRecord, read_record, write_record
 from ..roots import Root, fast_root, run_dir
 from ..shards import INDEX, shard_index
 from ..slurm import on_every_node
@@ -52,29 +52,27 @@ def stage_record(copied: dict | None, fast: Root, host: str | None, nodes: dict 
 
 def stage_run(plan_path: str, out: str | Path, this_node: bool = False) -> StageRecord:
     """Stage the run of plan_path and write its stage.json to out (this_node: this node's part only)."""
-    plan = read_record(plan_path, PlanRecord)
-    fast = fast_root(plan["roots"]["tmp_shared"])
+    plan = read_record(plan_path, Plan)
+    fast = fast_root(plan.roots.tmp_shared)
     out = Path(out)
-    if plan["dataset"] is None:  # synthetic data: made in memory by the trainer
+    if plan.dataset is None:  # synthetic data: made in memory by the trainer
         record = stage_record(None, fast, None)
         print("nothing to stage: the dataset is synthetic")
-    elif fast.node_local and plan["nodes"] > 1 and os.environ.get("SLURM_JOB_ID") and not this_node:
-        print(f"{fast.path} is node-local: staging on each of {plan['nodes']} nodes", flush=True)
-        on_every_node(plan["nodes"], plan["cpus_per_node"],
-                      ["stage", "--plan", plan_path, "--out", str(out), "--this-node"])
+    elif fast.node_local and plan.nodes > 1 and os.environ.get("SLURM_JOB_ID") and not this_node:
+        print(f"{fast.path} is node-local: staging on each of {plan.nodes} nodes", flush=True)
+        on_every_node(plan.nodes, plan.cpus_per_node, ["stage", "--plan", plan_path, "--out", str(out), "--this-node"])
         per_node = {p.stem.split(".", 1)[1]: read_record(p, StageRecord)
                     for p in sorted(out.parent.glob(f"{out.stem}.*.json"))}
         record = {**per_node[min(per_node)], "nodes": per_node}
     else:
-        target = run_dir(fast.path, plan["run"]) / "data"
-        data = plan["config"]["data"]
+        target = run_dir(fast.path, plan.run) / "data"
+        data = plan.config.data
         # the plan checked the quotas where the dataset's index or manifest gave its size
-        limits = plan["fast_root_quota"] if plan["dataset_size"] is None else None
-        copied = stage_dataset(plan["dataset"], target, data["format"], data["verify_sha256"], limits)
+        limits = plan.fast_root_quota if plan.dataset_size is None else None
+        copied = stage_dataset(plan.dataset, target, data.format, data.verify_sha256, limits)
         record = stage_record(copied, fast, socket.gethostname())
         print(f"staged {record['files']} files ({record['bytes'] / 1e6:.1f} MB, {record['format']}) to {target} "
-              f"on {record['host']}: "
-              f"{record['mode']}, {record['seconds']:.2f} s", flush=True)
+              f"on {record['host']}: {record['mode']}, {record['seconds']:.2f} s", flush=True)
         if this_node:
             out = out.with_name(f"{out.stem}.{record['host']}.json")
     write_record(out, StageRecord, record)

@@ -113,7 +113,7 @@ def _copy_with_cp(cp: str, src: Path, dst: Path, todo: list[str], procs: int) ->
 
 
 def copy_dataset(src: str | Path, dst: str | Path, verify_sha256: bool = False, threads: int | None = None,
-          engine: str = "auto", shards: dict | None = None, quota=None) -> dict:
+                 engine: str = "auto", shards: dict | None = None, quota=None) -> dict:
     """Mirror src into dst; return what was done (files, bytes, seconds, MB/s, mode, target).
 
     engine: "cp" (parallel GNU cp processes), "python" (threads), or "auto" (cp where it is GNU).
@@ -142,21 +142,7 @@ def copy_dataset(src: str | Path, dst: str | Path, verify_sha256: bool = False, 
     for parent in sorted({str(Path(rel).parent) for rel in todo}):
         (dst / parent).mkdir(parents=True, exist_ok=True)
     threads = threads or default_threads()
-    cp = gnu_cp() if engine in ("auto", "cp") and not shards else None
-    if engine == "cp" and cp is None:
-        raise StageError("engine 'cp' is for folders (shards are copied by threads), and it needs GNU cp"
-                         if shards else "engine 'cp' needs GNU cp (coreutils)")
-    if shards and todo:
-        _copy_shards(src, dst, todo, files, manifest, threads)
-    elif cp and todo:
-        _copy_with_cp(cp, src, dst, todo, threads)
-    elif todo:
-        # Contiguous batches of sorted paths: threads mostly work in different directories.
-        size = max(1, len(todo) // (threads * 4))
-        batches = [[(rel, files[rel][1]) for rel in todo[i:i + size]] for i in range(0, len(todo), size)]
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            list(pool.map(lambda batch: _copy_batch(src, dst, batch), batches))
-
+    used = _copy(src, dst, todo, files, manifest, shards, threads, engine) if todo else None
     bad = [rel for rel in todo if _stat_path(dst / rel) != files[rel]]
     if bad:
         raise StageError(f"staging to {dst} failed verification: {len(bad)} file(s) differ, first: {bad[0]}")
@@ -178,9 +164,30 @@ def copy_dataset(src: str | Path, dst: str | Path, verify_sha256: bool = False, 
         "seconds": round(seconds, 4),
         "mb_per_s": round(copied_bytes / 1e6 / seconds, 2) if seconds > 0 else None,
         "mode": "copied" if todo else "unchanged",
-        "engine": ("shards" if shards else "cp" if cp else "python") if todo else None,
+        "engine": used,
         "sha256_verified": bool(shards) or verify_sha256,
     }
+
+
+def _copy(src: Path, dst: Path, todo: list[str], files: dict, manifest: dict | None, shards: dict | None,
+          threads: int, engine: str) -> str:
+    """Copy the files of todo with the engine asked for (auto: GNU cp for folders); the engine used."""
+    cp = gnu_cp() if engine in ("auto", "cp") and not shards else None
+    if engine == "cp" and cp is None:
+        raise StageError("engine 'cp' is for folders (shards are copied by threads), and it needs GNU cp"
+                         if shards else "engine 'cp' needs GNU cp (coreutils)")
+    if shards:
+        _copy_shards(src, dst, todo, files, manifest, threads)
+        return "shards"
+    if cp:
+        _copy_with_cp(cp, src, dst, todo, threads)
+        return "cp"
+    # Contiguous batches of sorted paths: threads mostly work in different directories.
+    size = max(1, len(todo) // (threads * 4))
+    batches = [[(rel, files[rel][1]) for rel in todo[i:i + size]] for i in range(0, len(todo), size)]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(lambda batch: _copy_batch(src, dst, batch), batches))
+    return "python"
 
 
 def _check_shards(src: Path, files: dict, index: dict) -> dict:

@@ -1,6 +1,6 @@
 """The torch Datasets the trainer reads: staged .npy shards, image folders, synthetic data, user datasets.
 
-The shard layout is written by airetrain.stage.prepare (see there).
+The .npy shard layout is written by airetrain.stage.prepare (see there).
 """
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
+
+from ..run_config import Data
 
 
 class NpyShards(Dataset):
@@ -50,16 +52,16 @@ class Synthetic(Dataset):
 
     POOL = 1024
 
-    def __init__(self, cfg: dict, split: str):
-        self.samples = cfg["samples"] if split == "train" else max(cfg["samples"] // 10, 1)
+    def __init__(self, data: Data, split: str):
+        self.samples = data.samples if split == "train" else max(data.samples // 10, 1)
         g = torch.Generator().manual_seed(0 if split == "train" else 1)
-        if cfg["vocab"]:
-            self.meta = {"vocab": cfg["vocab"], "seq_len": cfg["seq_len"], "classes": cfg["vocab"]}
-            self.pool = torch.randint(cfg["vocab"], (self.POOL, cfg["seq_len"] + 1), generator=g)
+        if data.vocab:
+            self.meta = {"vocab": data.vocab, "seq_len": data.seq_len, "classes": data.vocab}
+            self.pool = torch.randint(data.vocab, (self.POOL, data.seq_len + 1), generator=g)
         else:
-            self.meta = {"shape": list(cfg["shape"]), "classes": cfg["classes"]}
-            self.pool = torch.randn(self.POOL, *cfg["shape"], generator=g)
-            self.labels = torch.randint(cfg["classes"], (self.POOL,), generator=g)
+            self.meta = {"shape": list(data.shape), "classes": data.classes}
+            self.pool = torch.randn(self.POOL, *data.shape, generator=g)
+            self.labels = torch.randint(data.classes, (self.POOL,), generator=g)
 
     def __len__(self) -> int:
         return self.samples
@@ -101,16 +103,12 @@ class PerSampleSeeds(Dataset):
                 torch.default_generator.set_state(saved[2])
 
 
-def is_user_dataset(cfg: dict) -> bool:
-    return ":" in cfg["name"]
-
-
-def draws_random_numbers(cfg: dict) -> bool:
+def draws_random_numbers(data: Data) -> bool:
     """Whose samples may be augmented: seeded per sample (PerSampleSeeds), so a resume replays them."""
-    return is_user_dataset(cfg) or cfg["name"] == "image_folder"
+    return data.user or data.name == "image_folder"
 
 
-def build_datasets(cfg: dict, root: str | None) -> tuple[Dataset, Dataset | None, dict]:
+def build_datasets(data: Data, root: str | None) -> tuple[Dataset, Dataset | None, dict]:
     """(train, test, meta) for the `data:` config; root is the staged copy (None if nothing staged).
 
     A user dataset is `name: "package.module:function"`, called as function(split, root) and
@@ -121,13 +119,13 @@ def build_datasets(cfg: dict, root: str | None) -> tuple[Dataset, Dataset | None
     """
     from .models import import_callable
 
-    name = cfg["name"]
+    name = data.name
     if name == "synthetic":
-        train, test = Synthetic(cfg, "train"), Synthetic(cfg, "test")
+        train, test = Synthetic(data, "train"), Synthetic(data, "test")
     elif name == "image_folder":
         from .image_folder import image_folder
-        train, test = image_folder(cfg, root)
-    elif is_user_dataset(cfg):
+        train, test = image_folder(data, root)
+    elif data.user:
         builder = import_callable(name)
         train, test = builder("train", root), builder("test", root)
     else:  # digits, shapes and npy: shards on the scratch root, staged

@@ -2,7 +2,8 @@
 
 Parameters, gradients and optimizer state are counted exactly (on PyTorch's meta device, so no
 memory is allocated); activations are measured with a one-batch probe: a forward pass on the
-meta device that adds up every tensor autograd saves for backward.
+meta device that adds up every tensor autograd saves for backward. The plan step runs it
+(`airetrain resolve`) and the plan decides from it (plan/strategy.py).
 """
 from __future__ import annotations
 
@@ -10,36 +11,41 @@ import functools
 import json
 from pathlib import Path
 
+import torch
+from torch.utils.data import DataLoader
+
+from ..catalog import DATASETS
+from ..layouts import image_folder_classes
+from ..records import Plan
+from ..run_config import Data, Model, RunConfig
+from .batches import to_device
+from .datasets import build_datasets
+from .models import build_model
+from .objective import Objective
+from .parallel.fsdp_units import find_units
+
 GB = 1e9
 OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8, "sgd": 4}  # fp32 moments (Adam: 2, SGD momentum: 1)
 
 
-def dataset_meta(data: dict, dataset_path: str | None) -> dict | None:
+def dataset_meta(data: Data, dataset_path: str | Path | None) -> dict | None:
     """The dataset's shape/classes (or vocab/seq_len) without loading it; None when unknown."""
-    if data["name"] == "digits":
-        return {"shape": [1, 8, 8], "classes": 10}
-    if data["name"] in ("shapes", "shapes3d"):
-        side = {"shapes": 32, "shapes3d": 16}[data["name"]]
-        dims = 2 if data["name"] == "shapes" else 3
-        return {"shape": [1, *[side] * dims], "classes": 3, "task": "segmentation"}
-    if data["name"] == "image_folder":
-        from ..layouts import image_folder_classes
+    built_in = DATASETS.get(data.name)
+    if built_in is not None and built_in.meta is not None:
+        return built_in.meta
+    if data.name == "image_folder":
         classes = image_folder_classes(dataset_path) if dataset_path else None
-        return {"shape": list(data["shape"]), "classes": len(classes)} if classes else None
-    if data["name"] == "synthetic":
-        if data["vocab"]:
-            return {"vocab": data["vocab"], "seq_len": data["seq_len"], "classes": data["vocab"]}
-        return {"shape": list(data["shape"]), "classes": data["classes"]}
+        return {"shape": list(data.shape), "classes": len(classes)} if classes else None
+    if data.name == "synthetic":
+        if data.vocab:
+            return {"vocab": data.vocab, "seq_len": data.seq_len, "classes": data.vocab}
+        return {"shape": list(data.shape), "classes": data.classes}
     meta = Path(dataset_path or "") / "meta.json"
     return json.loads(meta.read_text()) if dataset_path and meta.is_file() else None
 
 
-def _measure(model, step, model_cfg: dict) -> tuple[int, int, int]:
+def _measure(model, step, model_cfg: Model) -> tuple[int, int, int]:
     """(parameters, bytes autograd saves for backward while step() runs, FSDP units) of a meta model."""
-    import torch
-
-    from .parallel.fsdp_units import find_units
-
     saved = 0
 
     def pack(t):
@@ -50,17 +56,13 @@ def _measure(model, step, model_cfg: dict) -> tuple[int, int, int]:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         step()
     params = sum(p.numel() for p in model.parameters())
-    return params, saved, len(find_units(model, model_cfg.get("fsdp_units")).units)
+    return params, saved, len(find_units(model, model_cfg.fsdp_units).units)
 
 
 @functools.lru_cache(maxsize=64)
 def _probe(model_json: str, meta_json: str, per_device: int) -> tuple[int, int, int]:
     """(parameters, activation bytes of one fp32 forward, blocks) for a per-device batch."""
-    import torch
-
-    from .models import build_model
-
-    model_cfg, meta = json.loads(model_json), json.loads(meta_json)
+    model_cfg, meta = Model.from_dict(json.loads(model_json)), json.loads(meta_json)
     with torch.device("meta"):
         model = build_model(model_cfg, meta)
         if "vocab" in meta:
@@ -74,39 +76,32 @@ def _probe(model_json: str, meta_json: str, per_device: int) -> tuple[int, int, 
 def _probe_user_batch(run_json: str, dataset_path: str | None, per_device: int) -> tuple[int, int, int]:
     """_probe for a user dataset: one real batch of it (read from scratch, before staging), moved to
     the meta device, through the run's forward pass and loss (train.forward, train.loss)."""
-    import torch
-    from torch.utils.data import DataLoader
-
-    from .batches import to_device
-    from .datasets import build_datasets
-    from .models import build_model
-    from .objective import Objective
-
-    run = json.loads(run_json)
-    train, _, meta = build_datasets(run["data"], dataset_path)
+    run = RunConfig.from_dict(json.loads(run_json))
+    train, _, meta = build_datasets(run.data, dataset_path)
     batch = to_device(next(iter(DataLoader(train, batch_size=per_device))), torch.device("meta"))
-    objective = Objective(run["train"], run["model"])
+    objective = Objective(run.train, run.model)
     with torch.device("meta"):
-        model = build_model(run["model"], meta)
-    return _measure(model, lambda: objective.loss(objective.forward(model, batch), batch), run["model"])
+        model = build_model(run.model, meta)
+    return _measure(model, lambda: objective.loss(objective.forward(model, batch), batch), run.model)
 
 
-def estimate(run: dict, meta: dict | None, world: int, per_device: int, dataset_path: str | None = None) -> dict:
-    budget = run["memory_budget_gb"]
-    user_data = ":" in run["data"]["name"]
-    if meta is None and not user_data:
+def estimate(run: RunConfig, meta: dict | None, world: int, per_device: int,
+             dataset_path: str | Path | None = None) -> dict:
+    budget = run.memory_budget_gb
+    if meta is None and not run.data.user:
         return {"decision": "ddp", "reason": "dataset shape unknown before staging: no estimate, DDP"}
     try:
-        if user_data:   # its batches may be any structure: probe one, with the run's own loss
-            params, activations, blocks = _probe_user_batch(json.dumps(run, sort_keys=True), dataset_path, per_device)
+        if run.data.user:   # its batches may be any structure: probe one, with the run's own loss
+            params, activations, blocks = _probe_user_batch(json.dumps(run.to_dict(), sort_keys=True),
+                                                            str(dataset_path) if dataset_path else None, per_device)
         else:
-            params, activations, blocks = _probe(json.dumps(run["model"], sort_keys=True),
-                                                  json.dumps(meta, sort_keys=True), per_device)
+            params, activations, blocks = _probe(json.dumps(run.model.to_dict(), sort_keys=True),
+                                                 json.dumps(meta, sort_keys=True), per_device)
     except Exception as e:  # a user model that does not build on the meta device
         return {"decision": "ddp", "reason": f"could not estimate ({type(e).__name__}: {e}); DDP"}
-    if run["precision"] != "fp32":
+    if run.precision != "fp32":
         activations //= 2  # autocast keeps most saved activations in 16 bits
-    state = params * (4 + 4 + OPTIMIZER_BYTES_PER_PARAM[run["optim"]["name"]])  # weights, grads, optimizer
+    state = params * (4 + 4 + OPTIMIZER_BYTES_PER_PARAM[run.optim.name])  # weights, grads, optimizer
     ddp = state + activations
     # FSDP shards the state; with activation checkpointing only block inputs stay, plus one block's
     fsdp = state / world + activations * 2 / max(blocks, 1)
@@ -118,8 +113,14 @@ def estimate(run: dict, meta: dict | None, world: int, per_device: int, dataset_
         "ddp_per_gpu_gb": round(ddp / GB, 3),
         "fsdp_per_gpu_gb": round(fsdp / GB, 3),
         "budget_gb": budget,
-        "fsdp_units": blocks,   # what FSDP would shard one by one (train/sharding.py)
+        "fsdp_units": blocks,   # what FSDP would shard one by one (parallel/fsdp_units.py)
         "decision": "ddp" if fits else "fsdp",
         "reason": (f"DDP needs {ddp / GB:.2f} GB per GPU, {'within' if fits else 'over'} the {budget:g} GB budget"
                    + ("" if fits else f"; FSDP with activation checkpointing needs about {fsdp / GB:.2f} GB")),
     }
+
+
+def for_plan(plan: Plan) -> dict:
+    """The estimate of a planned run, at its world size and per-device batch."""
+    return estimate(plan.config, dataset_meta(plan.config.data, plan.dataset), plan.world_size,
+                    plan.batch.per_device, plan.dataset)

@@ -22,6 +22,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ..layouts import IMAGE_SUFFIXES, image_folder_splits
+from ..run_config import Data
 from .files import DatasetFiles
 
 RESIZE = 8 / 7
@@ -77,7 +78,7 @@ class ImageFolder(Dataset):
         return np.array(image, dtype=np.uint8)
 
 
-def image_folder(cfg: dict, root: str | Path) -> tuple[ImageFolder, ImageFolder | None]:
+def image_folder(data: Data, root: str | Path) -> tuple[ImageFolder, ImageFolder | None]:
     """(train, test) of an image folder or its shards; test is None without a test/ or val/ split."""
     files = DatasetFiles(root)
     top_level = {files.path(i).split("/", 1)[0] for i in range(len(files)) if "/" in files.path(i)}
@@ -87,7 +88,7 @@ def image_folder(cfg: dict, root: str | Path) -> tuple[ImageFolder, ImageFolder 
                       if (p := files.path(i)).startswith(prefix) and "/" in p[len(prefix):]})
     if not classes:
         raise FileNotFoundError(f"{Path(root) / prefix} has no class folders (<class>/<image>)")
-    options = dict(shape=cfg["shape"], random_crop=cfg["random_crop"], random_flip=cfg["random_flip"])
+    options = dict(shape=data.shape, random_crop=data.random_crop, random_flip=data.random_flip)
     train = ImageFolder(files, prefix, classes, train=True, **options)
     test = ImageFolder(files, splits["test"], classes, train=False, **options) if splits["test"] else None
     return train, test

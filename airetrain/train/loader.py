@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from ..records import Plan
 from . import datasets
 
 
@@ -50,26 +51,25 @@ class TrainData:
         return iter(self.loader)
 
 
-def training_data(plan: dict, target: str | None, d) -> TrainData:
+def training_data(plan: Plan, target: str | None, d) -> TrainData:
     """The run's datasets from the staged copy at `target`, and the loader of this rank's share."""
-    cfg = plan["config"]
-    seed = cfg["train"]["seed"]
-    train_set, test_set, meta = datasets.build_datasets(cfg["data"], target)
-    if datasets.draws_random_numbers(cfg["data"]):   # its augmentations replay exactly after a resume
+    data = plan.config.data
+    seed = plan.config.train.seed
+    train_set, test_set, meta = datasets.build_datasets(data, target)
+    if datasets.draws_random_numbers(data):   # its augmentations replay exactly after a resume
         train_set = datasets.PerSampleSeeds(train_set, seed)
-    per_device, accum = plan["batch"]["per_device"], plan["batch"]["grad_accum"]
+    per_device, accum = plan.batch.per_device, plan.batch.grad_accum
     sampler = ResumableSampler(train_set, num_replicas=d.world_size, rank=d.rank, shuffle=True, seed=seed,
                                drop_last=True)
     sampler.keyed = isinstance(train_set, datasets.PerSampleSeeds)
-    workers = cfg["data"]["workers"]
-    workers = max(plan["cpus_per_rank"] - 1, 0) if workers is None else workers
+    workers = max(plan.cpus_per_rank - 1, 0) if data.workers is None else data.workers
     rng = torch.Generator()
     loader = DataLoader(train_set, batch_size=per_device, sampler=sampler, drop_last=True,
                         num_workers=workers, persistent_workers=workers > 0, generator=rng,
-                        prefetch_factor=cfg["data"]["prefetch"] if workers > 0 else None,
+                        prefetch_factor=data.prefetch if workers > 0 else None,
                         pin_memory=d.device.type == "cuda")
     steps_per_epoch = len(loader) // accum
     if steps_per_epoch == 0:
         raise SystemExit(f"the training set ({len(train_set)} samples) is smaller than one global batch "
-                         f"({plan['batch']['global']}): lower batch.global")
+                         f"({plan.batch.global_}): lower batch.global")
     return TrainData(train_set, test_set, meta, loader, sampler, rng, seed, d.rank, steps_per_epoch)

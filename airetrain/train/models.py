@@ -12,18 +12,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..run_config import Model
 
-def small_cnn(meta: dict, cfg: dict) -> nn.Module:
+
+def small_cnn(meta: dict, cfg: Model) -> nn.Module:
     """Two convolutions and a classifier: >95% on 8x8 digits in seconds on a CPU."""
     channels, height, width_px = meta["shape"]
-    w = cfg["width"]
+    w = cfg.width
     return nn.Sequential(
         nn.Conv2d(channels, w, 3, padding=1), nn.ReLU(),
         nn.Conv2d(w, 2 * w, 3, padding=1), nn.ReLU(),
         nn.MaxPool2d(2),
         nn.Flatten(),
         nn.Linear(2 * w * (height // 2) * (width_px // 2), 4 * w), nn.ReLU(),
-        nn.Dropout(cfg.get("dropout", 0.0)),
+        nn.Dropout(cfg.dropout),
         nn.Linear(4 * w, meta["classes"]),
     )
 
@@ -46,9 +48,9 @@ class BasicBlock(nn.Module):
 class ResNet18(nn.Module):
     """ResNet-18 layout (2-2-2-2 basic blocks), with a 3x3 stem for small images."""
 
-    def __init__(self, meta: dict, cfg: dict):
+    def __init__(self, meta: dict, cfg: Model):
         super().__init__()
-        w = cfg["width"]
+        w = cfg.width
         self.stem = nn.Sequential(nn.Conv2d(meta["shape"][0], w, 3, 1, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU())
         widths, blocks, cin = [w, 2 * w, 4 * w, 8 * w], [], w
         for i, cout in enumerate(widths):
@@ -83,14 +85,14 @@ class TransformerBlock(nn.Module):
 
 
 class ViT(nn.Module):
-    def __init__(self, meta: dict, cfg: dict):
+    def __init__(self, meta: dict, cfg: Model):
         super().__init__()
         channels, height, width_px = meta["shape"]
-        p, w = cfg["patch_size"], cfg["width"]
+        p, w = cfg.patch_size, cfg.width
         self.patch = nn.Conv2d(channels, w, p, p)
         self.cls = nn.Parameter(torch.zeros(1, 1, w))
         self.pos = nn.Parameter(torch.randn(1, (height // p) * (width_px // p) + 1, w) * 0.02)
-        self.blocks = nn.ModuleList(TransformerBlock(w, cfg["heads"], causal=False) for _ in range(cfg["depth"]))
+        self.blocks = nn.ModuleList(TransformerBlock(w, cfg.heads, causal=False) for _ in range(cfg.depth))
         self.norm = nn.LayerNorm(w)
         self.head = nn.Linear(w, meta["classes"])
 
@@ -105,12 +107,12 @@ class ViT(nn.Module):
 class GPT(nn.Module):
     """A GPT-style decoder: token + position embeddings, causal blocks, tied output head."""
 
-    def __init__(self, meta: dict, cfg: dict):
+    def __init__(self, meta: dict, cfg: Model):
         super().__init__()
-        w = cfg["width"]
+        w = cfg.width
         self.tokens = nn.Embedding(meta["vocab"], w)
         self.pos = nn.Parameter(torch.randn(1, meta["seq_len"], w) * 0.02)
-        self.blocks = nn.ModuleList(TransformerBlock(w, cfg["heads"], causal=True) for _ in range(cfg["depth"]))
+        self.blocks = nn.ModuleList(TransformerBlock(w, cfg.heads, causal=True) for _ in range(cfg.depth))
         self.norm = nn.LayerNorm(w)
         self.head = nn.Linear(w, meta["vocab"], bias=False)
         self.head.weight = self.tokens.weight
@@ -134,9 +136,9 @@ class UNet(nn.Module):
     """UNet for segmentation, 2D or 3D (model.dims): `levels` halvings, channels doubling from
     model.width; output N x classes x H x W (x D), one score per class and pixel (voxel)."""
 
-    def __init__(self, meta: dict, cfg: dict):
+    def __init__(self, meta: dict, cfg: Model):
         super().__init__()
-        dims, levels, w = cfg.get("dims", 2), cfg.get("levels", 3), cfg["width"]
+        dims, levels, w = cfg.dims, cfg.levels, cfg.width
         channels = [w * 2 ** i for i in range(levels + 1)]
         self.pool = (nn.MaxPool2d if dims == 2 else nn.MaxPool3d)(2)
         self.down = nn.ModuleList(ConvBlock(dims, cin, cout)
@@ -173,9 +175,12 @@ def import_callable(path: str):
     return getattr(importlib.import_module(module), attr)
 
 
-def build_model(cfg: dict, meta: dict) -> nn.Module:
-    name = cfg["name"]
-    model = import_callable(name)(meta, cfg) if ":" in name else MODELS[name](meta, cfg)
+def build_model(cfg: Model | dict, meta: dict) -> nn.Module:
+    """The run's model for the dataset's meta. A user's builder (model.name 'package.module:function')
+    is called as function(meta, model_config), the model section as a plain dict. cfg: the model section,
+    or a dict of some of its keys (the schema's defaults for the rest)."""
+    cfg = cfg if isinstance(cfg, Model) else Model.with_defaults("model", cfg)
+    model = import_callable(cfg.name)(meta, cfg.to_dict()) if ":" in cfg.name else MODELS[cfg.name](meta, cfg)
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model {name!r} returned {type(model).__name__}, not a torch.nn.Module")
+        raise TypeError(f"model {cfg.name!r} returned {type(model).__name__}, not a torch.nn.Module")
     return model

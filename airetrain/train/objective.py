@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..run_config import Model, Train
 from . import batches
 from .models import import_callable
 
@@ -114,12 +115,12 @@ def dice_per_sample(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 class Objective:
     """The forward pass, loss and metrics of one run, from its train: config."""
 
-    def __init__(self, train_cfg: dict, model_cfg: dict | None = None):
-        self.user_forward = import_callable(train_cfg["forward"]) if train_cfg.get("forward") else None
-        loss = train_cfg.get("loss") or DEFAULT_LOSS.get((model_cfg or {}).get("name"))
+    def __init__(self, train: Train, model: Model):
+        self.user_forward = import_callable(train.forward) if train.forward else None
+        loss = train.loss or DEFAULT_LOSS.get(model.name)
         self.user_loss = (LOSSES[loss] if loss in LOSSES else import_callable(loss)) if loss else None
         self.built_in_loss = loss in LOSSES
-        self.user_metrics = import_callable(train_cfg["metrics"]) if train_cfg.get("metrics") else None
+        self.user_metrics = import_callable(train.metrics) if train.metrics else None
 
     def forward(self, model, batch):
         return self.user_forward(model, batch) if self.user_forward else _default_forward(model, batch)

@@ -5,6 +5,8 @@ import math
 
 import torch
 
+from ..run_config import Optim
+
 
 def fused_default(device_type: str) -> bool | None:
     """optim.fused when the config leaves it null: the fused kernel where it was measured to be faster
@@ -13,13 +15,13 @@ def fused_default(device_type: str) -> bool | None:
     return True if device_type == "cpu" else None
 
 
-def make_optimizer(cfg: dict, params, device_type: str = "cpu") -> torch.optim.Optimizer:
-    choice = fused_default(device_type) if cfg.get("fused") is None else cfg["fused"]
+def make_optimizer(optim: Optim, params, device_type: str = "cpu") -> torch.optim.Optimizer:
+    choice = fused_default(device_type) if optim.fused is None else optim.fused
     fused = {} if choice is None else {"fused": choice}
-    if cfg["name"] == "sgd":
-        return torch.optim.SGD(params, lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"],
+    if optim.name == "sgd":
+        return torch.optim.SGD(params, lr=optim.lr, momentum=optim.momentum, weight_decay=optim.weight_decay,
                                **fused)
-    return torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"], **fused)
+    return torch.optim.AdamW(params, lr=optim.lr, weight_decay=optim.weight_decay, **fused)
 
 
 def lr_factor(step: int, warmup: int, total_steps: int, schedule: str) -> float:
@@ -34,8 +36,8 @@ def lr_factor(step: int, warmup: int, total_steps: int, schedule: str) -> float:
     return 1.0
 
 
-def make_scheduler(cfg: dict, optimizer, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+def make_scheduler(optim: Optim, optimizer, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     # a plain function: LambdaLR keeps no state of it in the checkpoint, only the step count
     def factor(step: int) -> float:
-        return lr_factor(step, cfg["warmup_steps"], total_steps, cfg["schedule"])
+        return lr_factor(step, optim.warmup_steps, total_steps, optim.schedule)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from ..records import Plan
 from . import efficiency
 from .parallel import process_group as distributed
 
@@ -24,13 +25,13 @@ class Progress:
     train.log_every_steps steps and at the last step (rank 0 writes; every rank must call
     `step_done`, whose loss average is a collective)."""
 
-    def __init__(self, d: distributed.Dist, plan: dict, total_steps: int, metrics_path: Path, curves=None,
+    def __init__(self, d: distributed.Dist, plan: Plan, total_steps: int, metrics_path: Path, curves=None,
                  extra=lambda: {}, start_step: int = 0):
         """curves: where rank 0 also draws each line (curves.Curves, TensorBoard); extra: figures for the
         curves only, read at each log line (the learning rate, the GPU's latest sample)."""
         self.d, self.total_steps, self.curves, self.extra = d, total_steps, curves, extra
-        self.global_batch = plan["batch"]["global"]
-        self.log_every = plan["config"]["train"]["log_every_steps"]
+        self.global_batch = plan.batch.global_
+        self.log_every = plan.config.train.log_every_steps
         self.file = open(metrics_path, "a") if d.is_main else None
         self.steps = 0                      # optimizer steps in this session
         self.wait_s = self.step_s = 0.0     # seconds waiting for data, seconds of whole steps

@@ -15,15 +15,15 @@ def autocast(device: torch.device, precision: str, enabled: bool = True):
     return nullcontext()
 
 
-def train_step(par, objective, batches, optimizer, scaler, scheduler, accum: int, device: torch.device,
-               precision: str) -> tuple[torch.Tensor, float]:
-    """Run `accum` micro-batches from `batches`, then one optimizer step; objective gives the
-    forward pass and the loss (train/objective.py).
+def train_step(s, batches) -> tuple[torch.Tensor, float]:
+    """Run the step's micro-batches (batch.grad_accum of them) from `batches`, then one optimizer step,
+    for the session s (train/session.py); its objective gives the forward pass and the loss.
 
     Returns the step's loss (the mean over its micro-batches, detached and left on the device:
     reading it would wait for the GPU) and the seconds spent waiting for the data loader.
     Gradients are reduced across ranks once, in the last micro-batch's backward pass.
     """
+    par, device, precision, accum = s.par, s.d.device, s.plan.precision, s.plan.batch.grad_accum
     loss_sum = torch.zeros((), device=device)
     wait_s = 0.0
     for micro in range(accum):
@@ -33,11 +33,11 @@ def train_step(par, objective, batches, optimizer, scaler, scheduler, accum: int
         batch = batch_tools.to_device(batch, device, par.memory_format)
         with par.grad_sync(micro == accum - 1):
             with autocast(device, precision, par.autocast_needed()):
-                loss = objective.loss(objective.forward(par.wrapped, batch), batch) / accum
-            scaler.scale(loss).backward()
+                loss = s.objective.loss(s.objective.forward(par.wrapped, batch), batch) / accum
+            s.scaler.scale(loss).backward()
         loss_sum += loss.detach()
-    scaler.step(optimizer)
-    scaler.update()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
+    s.scaler.step(s.optimizer)
+    s.scaler.update()
+    s.scheduler.step()
+    s.optimizer.zero_grad(set_to_none=True)
     return loss_sum, wait_s

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass
 
 import torch
 
 from ..records import TrainRecord
+from . import efficiency
 from .parallel import process_group as distributed
 
 
@@ -45,27 +47,36 @@ def _steady(progress, train_s: float, global_batch: int, meta: dict, flops_per_s
             "steady_mfu": float(f"{mfu:.4g}") if mfu else None}
 
 
-def train_record(plan: dict, meta: dict, progress, step: int, figures: dict, flops_per_micro: int,
-                 peak_flops: float | None, train_s: float, checkpoints, final_wait_s: float,
-                 evaluation: dict | None, hosts: list[str], units: dict) -> TrainRecord:
-    """What rank 0 writes to train.json. progress: this session's steps, seconds and last loss;
-    checkpoints: the checkpointer (its final checkpoint and the stall of each save); evaluation:
-    evaluate's loss and metrics, None without a test split."""
-    steps, batch = progress.steps, plan["batch"]
-    world = plan["world_size"]
-    flops_per_step = flops_per_micro * batch["grad_accum"] * world          # the whole job, one optimizer step
+@dataclass(frozen=True)
+class Finish:
+    """What the end of a session measured, beside the session itself and its progress."""
+    train_s: float               # the training loop's seconds, save stalls included
+    final_wait_s: float          # the last save's background tail, after the loop
+    figures: dict                # gathered_figures: data wait, peak memory, GPU use over the ranks
+    evaluation: dict | None      # evaluate's loss and metrics; None without a test split
+    hosts: list[str]             # every rank's host
+
+
+def train_record(s, progress, checkpoints, end: Finish) -> TrainRecord:
+    """What rank 0 writes to train.json, for the session s (train/session.py). progress: this
+    session's steps, seconds and last loss; checkpoints: the checkpointer (its final checkpoint and
+    the stall of each save)."""
+    plan, meta, figures = s.plan, s.data.meta, end.figures
+    steps, batch, world, train_s = progress.steps, plan.batch, plan.world_size, end.train_s
+    peak_flops = efficiency.peak_flops(s.d.device)
+    flops_per_step = s.flops_per_micro * batch.grad_accum * world          # the whole job, one optimizer step
     achieved = flops_per_step * steps / train_s if steps else None
     mfu = achieved / (peak_flops * world) if achieved and peak_flops else None
-    samples = steps * batch["global"]
-    steady = _steady(progress, train_s, batch["global"], meta, flops_per_step, peak_flops, world)
+    samples = steps * batch.global_
+    steady = _steady(progress, train_s, batch.global_, meta, flops_per_step, peak_flops, world)
     stalls = checkpoints.stalls
-    evaluated = evaluation or {"loss": None, "metrics": {}}
+    evaluated = end.evaluation or {"loss": None, "metrics": {}}
     return TrainRecord(
-        run=plan["run"], world_size=world, nodes=plan["nodes"], strategy=plan["strategy"],
-        precision=plan["precision"], device=plan["device"],
-        global_batch=batch["global"], per_device_batch=batch["per_device"], grad_accum=batch["grad_accum"],
-        steps=step, steps_this_session=steps, epochs=plan["config"]["train"]["epochs"],
-        resumed_from_step=step - steps,
+        run=plan.run, world_size=world, nodes=plan.nodes, strategy=plan.strategy,
+        precision=plan.precision, device=plan.device,
+        global_batch=batch.global_, per_device_batch=batch.per_device, grad_accum=batch.grad_accum,
+        steps=s.position.step, steps_this_session=steps, epochs=plan.config.train.epochs,
+        resumed_from_step=s.position.step - steps,
         train_seconds=round(train_s, 3),
         samples_per_s=round(samples / train_s, 2) if steps else None,
         tokens_per_s=round(samples * meta["seq_len"] / train_s, 1) if steps and "seq_len" in meta else None,
@@ -79,9 +90,9 @@ def train_record(plan: dict, meta: dict, progress, step: int, figures: dict, flo
         **steady,
         gpu_util_mean=figures["gpu_util_mean"],
         gpu_mem_peak_bytes=figures["gpu_mem_peak_bytes"],
-        memory_estimate=plan["memory_estimate"],
-        activation_checkpointing=plan["activation_checkpointing"],
-        parallel_units=units,
+        memory_estimate=plan.memory_estimate,
+        activation_checkpointing=plan.activation_checkpointing,
+        parallel_units=s.par.units.describe(),
         data_wait_frac=round(figures["data_wait_frac"], 4),
         peak_mem_bytes=figures["peak_mem_bytes"],
         final_loss=progress.loss if steps else None,
@@ -89,12 +100,12 @@ def train_record(plan: dict, meta: dict, progress, step: int, figures: dict, flo
         eval_accuracy=evaluated["metrics"].get("accuracy"),
         eval_metrics=evaluated["metrics"],
         slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-        hostnames=hosts,
+        hostnames=end.hosts,
         launch_host=socket.gethostname(),
         torch_version=torch.__version__,
-        environment={k: os.environ.get(k) for k in (*plan["env"], "NCCL_SOCKET_IFNAME")},
+        environment={k: os.environ.get(k) for k in (*plan.env, "NCCL_SOCKET_IFNAME")},
         checkpoint=checkpoints.latest,
         checkpoint_saves=len(stalls),
         checkpoint_stall_s_mean=round(sum(stalls) / len(stalls), 4) if stalls else None,
-        checkpoint_final_wait_s=round(final_wait_s, 3),
+        checkpoint_final_wait_s=round(end.final_wait_s, 3),
     )

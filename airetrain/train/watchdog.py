@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from ..records import Plan
 from ..run_log import LAUNCH_ID, hangs, record_stop
 
 log = logging.getLogger("airetrain.watchdog")
@@ -177,10 +178,9 @@ class Off:
         pass
 
 
-def start(d, plan: dict) -> Watchdog | Off:
+def start(d, plan: Plan) -> Watchdog | Off:
     """A collective: every rank's watchdog for this run, or Off."""
-    minutes = plan["config"]["train"]["hang_timeout_min"]
+    minutes = plan.config.train.hang_timeout_min
     if not minutes or d.world_size == 1 and not os.environ.get("MASTER_PORT"):
         return Off()
-    return Watchdog(d.rank, d.world_size, 60 * minutes, Path(plan["durable_dir"]).parent,
-                    os.environ.get("SLURM_JOB_ID"))
+    return Watchdog(d.rank, d.world_size, 60 * minutes, plan.durable_dir, os.environ.get("SLURM_JOB_ID"))

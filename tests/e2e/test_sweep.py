@@ -14,15 +14,15 @@ def test_grid_expands_with_readable_deterministic_names():
                               "sweep": {"optim.lr": [1e-3, 3e-4], "gpus": [1, 3, 6]}})
     assert list(runs) == ["base-lr1e-3-g1", "base-lr1e-3-g3", "base-lr1e-3-g6",
                           "base-lr3e-4-g1", "base-lr3e-4-g3", "base-lr3e-4-g6"]
-    assert runs["base-lr3e-4-g6"]["optim"]["lr"] == 3e-4 and runs["base-lr3e-4-g6"]["gpus"] == 6
-    assert runs["base-lr3e-4-g6"]["optim"]["name"] == "adamw"  # the rest of the section is kept
+    assert runs["base-lr3e-4-g6"].optim.lr == 3e-4 and runs["base-lr3e-4-g6"].gpus == 6
+    assert runs["base-lr3e-4-g6"].optim.name == "adamw"  # the rest of the section is kept
 
 
 def test_runs_and_sweep_combine():
     _, runs = config.resolve({"runs": {"small": {"model": {"width": 16}}, "wide": {"model": {"width": 64}}},
                               "sweep": {"train.seed": [0, 1]}})
     assert sorted(runs) == ["small-seed0", "small-seed1", "wide-seed0", "wide-seed1"]
-    assert runs["wide-seed1"]["model"]["width"] == 64 and runs["wide-seed1"]["train"]["seed"] == 1
+    assert runs["wide-seed1"].model.width == 64 and runs["wide-seed1"].train.seed == 1
 
 
 @pytest.mark.parametrize("value,text", [(0.0003, "3e-4"), (0.5, "0.5"), (0.001, "1e-3"), (64, "64"),

@@ -78,7 +78,7 @@ if __name__ == "__main__":
     ap.add_argument("--capture", required=True, help="write the sacct output here")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from airetrain.report.sacct import command
+    from airetrain.report.query import command
 
     ids = run_all()
     text = subprocess.run(command(list(ids.values())), capture_output=True, text=True, check=True).stdout

@@ -5,18 +5,24 @@ One Snakemake invocation runs three copies of the same training:
 - ref: the same training with time to spare (the uninterrupted result);
 - victim: cancelled with scancel mid-training; a second invocation resumes it, and only it;
 - script-stop: a user's own script (script mode) that stops at its deadline through airetrain.job.
+
+stop and victim train at a second per step while the test holds them (tests/user_code.py's paced
+model, the same network as ref's), so that no machine is fast enough to finish them before their
+deadline or their cancellation; the hold ends once the deadline stop has happened. Every job gets
+a $TMPDIR of its own that the cluster purges when the job ends, as Aire's: a requeued job finds
+its fast root empty and must resume from the durable copy on scratch.
 """
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import (BIN, assert_identical, flatten, newest_step, read_json, run, slurm_state, snakemake_cmd, wait_for,
+from airetrain.run_log import stops
+from conftest import (assert_identical, flatten, make_plan, newest_step, read_json, run, snakemake_cmd, spawn, wait_for,
                       write_config)
-from test_slurm import SLURM_ARGS, slurm_snakemake, unique
+from test_slurm import SLURM_ARGS, slurm_snakemake
+from user_code import write_ownlab
 from jobs import sbatch, state
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "torchrun"))
@@ -24,10 +30,10 @@ from script_mode import WITH_JOB  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
-# ~40 s of training alone (longer while the three share the 2 cores)
 TRAINING = {"processes": 2, "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
-            "train": {"epochs": 60, "log_every_steps": 100}, "checkpoint": {"every_steps": 20}}
-STEPS = 60 * (1437 // 64)
+            "train": {"epochs": 10, "log_every_steps": 100}, "checkpoint": {"every_steps": 20}}
+STEPS = 10 * (1437 // 64)
+PACED = {"name": "ownlab.lab:paced", "dropout": 0.2}   # ref's small_cnn, a second per step while held
 SCRIPT_STEPS = 120
 
 
@@ -49,18 +55,19 @@ def sessions(work, run_name):
 @pytest.fixture(scope="module")
 def interrupted(slurm_cluster, tmp_path_factory):
     work = tmp_path_factory.mktemp("requeue")
+    hold = work / "hold"
     cfg = write_config(work / "config.yaml", {
         "roots": {"scratch": str(work / "scratch")},
         "defaults": TRAINING,
         "runs": {
-            # a 4-minute job that stops 3 minutes before its end, 60 s after it starts: the first session
-            # shares the cores with the other three and cannot finish in that time; the second can
-            "stop": {"time_min": {"stage": 1, "train": 2, "promote": 1},
+            # a 4-minute job that stops 3 minutes before its end, 60 s after it starts, held at a second
+            # a step until then: its first session cannot finish; the second, no longer held, can
+            "stop": {"model": PACED, "time_min": {"stage": 1, "train": 2, "promote": 1},
                      "checkpoint": {"every_steps": 20, "stop_margin_min": 3}},
             "ref": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
-            "victim": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
-            # 120 slow steps (60 s, longer than a session's 60 s less its start-up): the same 4-minute
-            # job and margin stop it part-way
+            "victim": {"model": PACED, "time_min": {"stage": 2, "train": 10, "promote": 2}},
+            # 120 steps of half a second (60 s, longer than a session's 60 s less its start-up): the same
+            # 4-minute job and margin stop it part-way
             "script-stop": {"data": {"name": "synthetic"}, "time_min": {"stage": 1, "train": 2, "promote": 1},
                             "checkpoint": {"stop_margin_min": 3},
                             "train": {"script": str(work / "train.py"),
@@ -68,16 +75,19 @@ def interrupted(slurm_cluster, tmp_path_factory):
         },
     })
     (work / "train.py").write_text(WITH_JOB)
-    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
+    write_ownlab(work)
+    hold.touch()
+    # each job's own $TMPDIR, purged when it ends (the cluster's TaskProlog and Epilog)
+    env = {**slurm_cluster, "AIRETRAIN_LAB_JOB_TMPDIR": "1", "HOLD": str(hold)}
     # --retries 0: the cancelled run is left failed, for the second invocation to resume
-    first = subprocess.Popen(snakemake_cmd(work, cfg, *SLURM_ARGS, "--retries", "0"), cwd=work,
-                             env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **env},
-                             stdout=open(work / "first.log", "w"), stderr=subprocess.STDOUT)
+    first = spawn(snakemake_cmd(work, cfg, *SLURM_ARGS, "--retries", "0"), work / "first.log", cwd=work, env=env)
     # cancel the victim once it has a durable checkpoint
-    wait_for(lambda: newest_step(durable(work, "victim")) >= 40, timeout=400, what="victim's checkpoint")
+    wait_for(lambda: newest_step(durable(work, "victim")) >= 20, timeout=400, what="victim's checkpoint")
     victim_job = sessions(work, "victim")[-1]["slurm_job_id"]
     run(["scancel", victim_job], env=env)
-    first.wait(timeout=900)
+    wait_for(lambda: stops(work / "scratch" / "airetrain" / "stop"), timeout=400, what="stop's deadline stop")
+    hold.unlink()   # the stop happened: the rest trains at full speed
+    assert first.wait(timeout=900) is not None
     second = slurm_snakemake(work, cfg, env)   # the profile's settings: resumes what did not finish
     return work, env, victim_job, (work / "first.log").read_text(), second
 
@@ -90,11 +100,12 @@ def test_a_job_at_its_time_limit_stops_requeues_itself_and_finishes_exactly(inte
     assert all(s["resumed_from_step"] > 0 for s in runs[1:])
     shown = run(["scontrol", "show", "job", job_ids.pop()], env=env).stdout
     assert f"Restarts={len(runs) - 1}" in shown and "JobState=COMPLETED" in shown
-    from airetrain.run_log import stops
     stopped = stops(work / "scratch" / "airetrain" / "stop")
     assert len(stopped) == len(runs) - 1 and {s["reason"] for s in stopped} == {"deadline"}
     assert {s["action"] for s in stopped} == {"requeued"}
     assert [s["step"] for s in stopped] == [s["resumed_from_step"] for s in runs[1:]]
+    # each resume came from the durable copy on scratch: the job's own fast root was purged at its end
+    assert all(Path(s["checkpoint"]).parent == durable(work, "stop") for s in runs[1:]), runs
     summary = read_json(work / "results/stop/train.json")
     assert summary["steps"] == STEPS and summary["resumed_from_step"] > 0
     assert read_json(work / "results/stop/checkpoint.json")["verified"]
@@ -108,8 +119,10 @@ def test_after_scancel_a_new_invocation_resumes_only_the_cancelled_run(interrupt
     assert "results/victim/train.json" in out
     assert "results/ref/train.json" not in out and "results/stop/train.json" not in out   # not rerun
     summary = read_json(work / "results/victim/train.json")
-    assert summary["steps"] == STEPS and summary["resumed_from_step"] >= 40
+    assert summary["steps"] == STEPS and summary["resumed_from_step"] >= 20
     assert summary["slurm_job_id"] != victim_job
+    resumed = sessions(work, "victim")[-1]   # a new job, with a new fast root: from scratch's copy
+    assert Path(resumed["checkpoint"]).parent == durable(work, "victim") and resumed["slurm_job_id"] != victim_job
     assert_identical(final_state(work, "victim"), final_state(work, "ref"))
 
 
@@ -120,29 +133,31 @@ def test_a_stop_the_job_cannot_requeue_exits_75_and_the_profiles_retries_resume_
     ref_work, env = interrupted[0], interrupted[1]
     cfg = write_config(tmp_path / "config.yaml", {
         "roots": {"scratch": str(tmp_path / "scratch")}, "defaults": TRAINING,
-        "runs": {"retried": {"time_min": {"stage": 2, "train": 10, "promote": 2}}}})
-    env = {**env, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(tmp_path))}
+        "runs": {"retried": {"model": PACED, "time_min": {"stage": 2, "train": 10, "promote": 2}}}})
+    write_ownlab(tmp_path)
+    hold = tmp_path / "hold"
+    hold.touch()
+    env = {**env, "HOLD": str(hold)}
     log = tmp_path / "snakemake.log"
-    proc = subprocess.Popen(snakemake_cmd(tmp_path, cfg, *SLURM_ARGS), cwd=tmp_path,
-                            env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **env},
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    wait_for(lambda: newest_step(durable(tmp_path, "retried")) >= 40, timeout=400, what="a checkpoint")
+    proc = spawn(snakemake_cmd(tmp_path, cfg, *SLURM_ARGS), log, cwd=tmp_path, env=env)
+    wait_for(lambda: newest_step(durable(tmp_path, "retried")) >= 20, timeout=400, what="a checkpoint")
     first_job = sessions(tmp_path, "retried")[-1]["slurm_job_id"]
     steps = run(["squeue", "-h", "-s", "-j", first_job, "-o", "%i %j"], env=env).stdout.split("\n")
     torchrun_step = next(line.split()[0] for line in steps if line.endswith(" bash"))   # srun bash -c 'exec torchrun'
     run(["scancel", "--signal=TERM", torchrun_step], env=env)
+    wait_for(lambda: stops(tmp_path / "scratch" / "airetrain" / "retried"), timeout=300, what="the stop")
+    hold.unlink()
     assert proc.wait(timeout=600) == 0, log.read_text()
-    from airetrain.run_log import stops
     stopped = stops(tmp_path / "scratch" / "airetrain" / "retried")
     assert [(s["slurm_job_id"], s["action"]) for s in stopped] == [(first_job, "exit 75")], stopped
     jobs = [s["slurm_job_id"] for s in sessions(tmp_path, "retried")]
     assert jobs[0] == first_job and len(set(jobs)) == 2, jobs   # resubmitted by Snakemake, not requeued
     summary = read_json(tmp_path / "results/retried/train.json")
-    assert summary["steps"] == STEPS and summary["resumed_from_step"] == stopped[0]["step"] >= 40
+    assert summary["steps"] == STEPS and summary["resumed_from_step"] == stopped[0]["step"] >= 20
     assert_identical(final_state(tmp_path, "retried"), final_state(ref_work, "ref"))
 
 
-def test_after_a_deadline_stop_restarts_cap_requeues_and_a_refusal_exits_75(slurm_cluster, monkeypatch):
+def test_after_a_deadline_stop_restarts_cap_requeues_and_a_refusal_exits_75(slurm_cluster, monkeypatch, tmp_path):
     """What launch decides after a deadline stop, against a real job: SLURM's Restarts= against
     checkpoint.max_requeues, `scontrol requeue` itself, and SLURM refusing it (a pending job)."""
     from airetrain.slurm import job_restarts
@@ -154,7 +169,7 @@ def test_after_a_deadline_stop_restarts_cap_requeues_and_a_refusal_exits_75(slur
     stopped = {"reason": "deadline", "step": 40, "of_steps": 100, "checkpoint": {"path": "step-00000040.pt"}}
 
     def decide(max_requeues):
-        plan = {"config": {"checkpoint": {"requeue": True, "max_requeues": max_requeues}}}
+        plan = make_plan({"checkpoint": {"requeue": True, "max_requeues": max_requeues}}, tmp_path)
         return _continue(plan, stopped, {"SLURM_JOB_ID": job})
     try:
         wait_for(lambda: state(job) == "RUNNING", 120, "the job to start", every=0.5)
@@ -171,14 +186,16 @@ def test_a_users_script_at_its_time_limit_stops_requeues_and_ends_as_uninterrupt
     calls stop_and_requeue, the launcher requeues the job, and the rerun resumes from the durable copy."""
     from test_script_mode import script_run
 
-    from airetrain.run_log import stops
-
     work, env = interrupted[0], interrupted[1]
     stopped = stops(work / "scratch" / "airetrain" / "script-stop")
     assert stopped and {(s["reason"], s["action"]) for s in stopped} == {("deadline", "requeued")}, stopped
     assert 0 < stopped[0]["step"] < SCRIPT_STEPS
     job = stopped[0]["slurm_job_id"]
     assert "JobState=COMPLETED" in run(["scontrol", "show", "job", job], env=env).stdout
+    starts = sessions(work, "script-stop")   # the script started again in the same job, from scratch's copy
+    assert len(starts) == len(stopped) + 1 and {s["slurm_job_id"] for s in starts} == {job}, starts
+    assert starts[0]["checkpoint"] is None and starts[1]["checkpoint"] == str(
+        durable(work, "script-stop") / f"step-{stopped[0]['step']:08d}.pt")
     assert read_json(work / "results/script-stop/checkpoint.json")["verified"]
     reference, cmd = script_run(tmp_path, WITH_JOB, steps=SCRIPT_STEPS)   # the same script, uninterrupted, locally
     run(cmd)

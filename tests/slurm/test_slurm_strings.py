@@ -39,16 +39,16 @@ def test_a_bad_string_in_defaults_or_a_sweep_is_refused_where_it_lands():
 def test_an_account_from_the_environment_is_checked_too():
     with pytest.raises(ConfigError, match=r"\$SBATCH_ACCOUNT = 'lab;reboot' is not a SLURM account name"):
         plan_all({"runs": {"r": {}}}, env={**ENV, "SBATCH_ACCOUNT": "lab;reboot"})
-    assert plan_all({"runs": {"r": {}}}, env={**ENV, "SBATCH_ACCOUNT": "lab_1"})["r"]["slurm"]["account"] == "lab_1"
+    assert plan_all({"runs": {"r": {}}}, env={**ENV, "SBATCH_ACCOUNT": "lab_1"})["r"].slurm.account == "lab_1"
 
 
 def test_good_values_pass_and_reach_the_job_request():
     p = plan_all({"runs": {"r": {"gpus": 6, "batch": {"global": 192}, "slurm": {
         "partition": "gpu,gpu-debug", "account": "my.project-1", "qos": "high_prio",
         "nccl_socket_ifname": "^docker,lo"}}}}, env=ENV)["r"]
-    assert p["slurm"]["partition"] == "gpu,gpu-debug" and p["slurm"]["account"] == "my.project-1"
-    assert p["slurm"]["qos"] == "high_prio" and "qos" not in p["slurm"]["extra"]
-    assert p["env"]["NCCL_SOCKET_IFNAME"] == "^docker,lo"
+    assert p.slurm.partition == "gpu,gpu-debug" and p.slurm.account == "my.project-1"
+    assert p.slurm.qos == "high_prio" and "qos" not in p.slurm.extra
+    assert p.env["NCCL_SOCKET_IFNAME"] == "^docker,lo"
 
 
 @pytest.mark.parametrize("key", BAD)
@@ -71,13 +71,13 @@ def test_the_sbatch_export_carries_the_qos_and_the_mail_options(tmp_path):
 def test_a_mail_user_without_a_mail_type_is_refused():
     with pytest.raises(ConfigError, match=r"runs\.r\.slurm\.mail_user is set but slurm\.mail_type is null"):
         plan_all({"runs": {"r": {"slurm": {"mail_user": "a@leeds.ac.uk"}}}}, env=ENV)
-    extra = plan_all({"runs": {"r": {"slurm": {"mail_type": "ALL"}}}}, env=ENV)["r"]["slurm"]["extra"]
+    extra = plan_all({"runs": {"r": {"slurm": {"mail_type": "ALL"}}}}, env=ENV)["r"].slurm.extra
     assert extra.endswith(" --mail-type=ALL") and "mail-user" not in extra   # SLURM's default address
 
 
 @pytest.mark.slurm
 def test_the_workflow_refuses_them_before_any_submission(slurm_cluster, tmp_path):
-    from test_slurm import SLURM_ARGS, sacct_jobs
+    from test_slurm import SLURM_ARGS, submitted_since
 
     runs = {f"bad-{key}": {"slurm": {key: value}} for key, (value, _) in BAD.items()}
     cfg = write_config(tmp_path / "bad.yaml", {"roots": {"scratch": str(tmp_path / "s")}, "runs": runs})
@@ -88,4 +88,4 @@ def test_the_workflow_refuses_them_before_any_submission(slurm_cluster, tmp_path
     assert proc.returncode != 0
     for key in BAD:
         assert f"runs.bad-{key}.slurm.{key}" in out
-    assert sacct_jobs(slurm_cluster, since) == {} and not (tmp_path / "results").exists()
+    assert submitted_since(slurm_cluster, since) == {} and not (tmp_path / "results").exists()

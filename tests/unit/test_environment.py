@@ -40,8 +40,8 @@ def test_the_cpu_allocator_settings_keep_freed_blocks_for_the_next_step():
 
 def test_cpu_runs_get_the_allocator_settings_and_gpu_runs_do_not():
     runs = plan_all({"runs": {"cpu": {}, "gpu": {"gpus": 1}}}, env=ENV)
-    assert runs["cpu"]["env"]["GLIBC_TUNABLES"] == CPU_MALLOC
-    assert "GLIBC_TUNABLES" not in runs["gpu"]["env"]
+    assert runs["cpu"].env["GLIBC_TUNABLES"] == CPU_MALLOC
+    assert "GLIBC_TUNABLES" not in runs["gpu"].env
 
 
 def test_a_users_own_tunables_are_kept_after_the_plans_and_win():

@@ -28,9 +28,9 @@ def test_every_example_is_in_the_readme_table():
 def test_readme_table_matches_the_plan(path):
     (plan,) = plan_all(load_yaml(path), env=ENV).values()
     gpus, nodes, gres, ranks, cores, mem, batch = readme_rows()[path.name]
-    assert int(gpus) == plan["gpus"] and int(nodes) == plan["nodes"]
-    assert gres == plan["slurm"]["gres"] and int(ranks) == plan["nproc_per_node"]
-    assert int(cores) == plan["cpus_per_node"] and mem == f"{plan['mem_gb_per_node']:g} GB"
-    b = plan["batch"]
-    assert batch == f"{b['global']} = {b['per_device']} × {plan['world_size']} × {b['grad_accum']}"
-    assert plan["dataset"].startswith("/scratch/user/")
+    assert int(gpus) == plan.gpus and int(nodes) == plan.nodes
+    assert gres == plan.slurm.gres and int(ranks) == plan.nproc_per_node
+    assert int(cores) == plan.cpus_per_node and mem == f"{plan.mem_gb_per_node:g} GB"
+    b = plan.batch
+    assert batch == f"{b.global_} = {b.per_device} × {plan.world_size} × {b.grad_accum}"
+    assert str(plan.dataset).startswith("/scratch/user/")

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from airetrain.typed import to_dict
 from airetrain.errors import ConfigError
 from airetrain.plan.forecast import format_forecast, predicted_duration
 from airetrain.plan.planner import plan_all, plan_workflow
@@ -74,8 +75,8 @@ def test_without_sbatch_the_choice_is_by_duration_alone_and_recorded_in_the_plan
     synthetic_history(scratch, planned(scratch, 3), "11", seconds_per_step=1.0, steps=100)
     synthetic_history(scratch, planned(scratch, 6), "12", seconds_per_step=0.6, steps=100)
     plan = plan_all(choosing(scratch), env=ENV)["r"]   # ENV has no PATH: no sbatch
-    assert (plan["gpus"], plan["nodes"], plan["batch"]["grad_accum"]) == (6, 2, 2)   # the global batch held
-    forecast = plan["forecast"]
+    assert (plan.gpus, plan.nodes, plan.batch.grad_accum) == (6, 2, 2)   # the global batch held
+    forecast = plan.forecast
     assert forecast["chosen_gpus"] == 6 and forecast["configured_gpus"] == 3
     assert forecast["why"].startswith("earliest_finish: 6 GPUs take 00:01:35 (by duration alone), against 3 GPUs")
     rows = {row["gpus"]: row for row in forecast["layouts"]}
@@ -92,17 +93,17 @@ def test_a_chosen_layout_stands_in_later_parses_and_in_jobs_until_the_config_cha
     synthetic_history(scratch, planned(scratch, 6), "12", seconds_per_step=0.6, steps=100)
     first = plan_all(choosing(scratch), env=ENV)["r"]
     (results / "r").mkdir(parents=True)
-    (results / "r" / "plan.json").write_text(json.dumps(first))
+    (results / "r" / "plan.json").write_text(json.dumps(to_dict(first)))
     synthetic_history(scratch, planned(scratch, 6), "13", seconds_per_step=5.0, steps=100)   # 6 is now slower
     again = plan_all(choosing(scratch), env=ENV, results=results)["r"]
-    assert json.dumps(again, sort_keys=True) == json.dumps(first, sort_keys=True)   # Snakemake sees no change
+    assert json.dumps(to_dict(again), sort_keys=True) == json.dumps(to_dict(first), sort_keys=True)   # no change
     with pytest.MonkeyPatch.context() as mp:   # inside a job: the same, and the scheduler is never asked
         mp.setattr("airetrain.plan.forecast.predicted_start", lambda *a, **k: pytest.fail("asked inside a job"))
         in_job = plan_workflow(choosing(scratch), in_job=True, results=results)["r"]
-    assert in_job["gpus"] == 6 and in_job["forecast"] == first["forecast"]
+    assert in_job.gpus == 6 and in_job.forecast == first.forecast
     changed = choosing(scratch)
     changed["runs"]["r"]["train"] = {"epochs": 3}
-    assert plan_all(changed, env=ENV, results=results)["r"]["gpus"] == 3   # forecast again, with 6's slow step
+    assert plan_all(changed, env=ENV, results=results)["r"].gpus == 3   # forecast again, with 6's slow step
 
 
 def test_inside_a_job_without_the_chosen_plan_the_run_is_refused(tmp_path):

@@ -12,7 +12,7 @@ def test_the_schemas_site_defaults_are_the_aire_gpu_node():
 def test_the_default_memory_budget_leaves_headroom_on_the_node_gpu():
     from airetrain.plan.config import resolve
 
-    budget = resolve({"runs": {"r": {}}})[1]["r"]["memory_budget_gb"]
+    budget = resolve({"runs": {"r": {}}})[1]["r"].memory_budget_gb
     assert 0 < budget < GPUS[AIRE_GPU_NODE["gpu"]]["memory_gb"]
 
 

@@ -2,17 +2,19 @@
 import json
 from pathlib import Path
 
+from airetrain.records import Minutes, Plan
+from airetrain.typed import to_dict
 from airetrain.plan.planner import plan_all
 from airetrain.history import HISTORY, everything, format_history, profile, profile_id, record
 
 from conftest import ENV
 
 
-def finished_run(results: Path, scratch: Path, name: str, run_cfg: dict, job_id: str | None) -> dict:
+def finished_run(results: Path, scratch: Path, name: str, run_cfg: dict, job_id: str | None) -> Plan:
     plan = plan_all({"roots": {"scratch": str(scratch)}, "runs": {name: run_cfg}}, env=ENV)[name]
     out = results / name
     (out / "benchmarks").mkdir(parents=True)
-    (out / "plan.json").write_text(json.dumps(plan))
+    (out / "plan.json").write_text(json.dumps(to_dict(plan)))
     (out / "train.json").write_text(json.dumps({
         "slurm_job_id": job_id, "steps": 220, "steps_this_session": 220, "train_seconds": 110.0,
         "step_time_s": 0.5, "samples_per_s": 128.0, "data_wait_frac": 0.02}))
@@ -35,7 +37,7 @@ def test_each_finished_job_leaves_one_line_with_its_profile_and_measurements(tmp
     assert a["profile"]["nodes"] == 2 and a["profile"]["world_size"] == 6 and a["profile"]["per_device_batch"] == 16
     assert a["measured"]["mem_peak_mb_per_node"] == 100_000.0 and a["measured"]["busy_cores_per_node"] == 6.0
     assert a["measured"]["seconds_per_step"] == 0.5 and a["measured"]["promote_s"] == 3.25
-    assert a["measured"]["stage_s"] == 40.0 and a["requested"]["mem_mb_per_node"] == plan["slurm"]["mem_mb"]
+    assert a["measured"]["stage_s"] == 40.0 and a["requested"]["mem_mb_per_node"] == plan.slurm.mem_mb
     b = everything(scratch)[1]["measured"]
     assert b["mem_peak_mb_per_node"] is None and b["busy_cores_per_node"] is None   # no accounting: unknown
     assert record(results, rows) == []   # the same jobs again: nothing new
@@ -67,16 +69,16 @@ def test_resources_measured_asks_for_what_the_same_profile_used(tmp_path):
         "as_asked": first}}
     plans = plan_all(config, env=ENV)
     b = plans["b"]
-    assert b["mem_gb_per_node"] == math.ceil(2000 * 1.25 / 1024 * 10) / 10 == 2.5 and b["slurm"]["mem_mb"] == 2560
-    assert b["cpus_per_rank"] == math.ceil(0.6 * 2 * 1.25 / 2) == 1
+    assert b.mem_gb_per_node == math.ceil(2000 * 1.25 / 1024 * 10) / 10 == 2.5 and b.slurm.mem_mb == 2560
+    assert b.cpus_per_rank == math.ceil(0.6 * 2 * 1.25 / 2) == 1
     train_min = math.ceil((0.5 * 440 * 1.3 + (140 - 110)) / 60 + 5)   # 0.5 s/step, 22 steps/epoch x 20, start-up 30 s
-    assert b["time_min"] == {"stage": 1, "train": train_min, "promote": 1, "total": train_min + 2}
-    assert b["right_sized"]["from"].startswith("job 4242 of a (") and b["right_sized"]["runs_measured"] == 1
-    assert "peak 2000 MB per node x 1.25" in b["right_sized"]["mem_gb_per_node"]["how"]
+    assert b.time_min == Minutes(stage=1, train=train_min, promote=1, total=train_min + 2)
+    assert b.right_sized["from"].startswith("job 4242 of a (") and b.right_sized["runs_measured"] == 1
+    assert "peak 2000 MB per node x 1.25" in b.right_sized["mem_gb_per_node"]["how"]
     # another profile uses no history, and says so; without resources: measured nothing changes
-    assert plans["wider"]["right_sized"] is None and plans["wider"]["time_min"]["total"] == 80
-    assert any("no finished run has this profile" in w for w in plans["wider"]["warnings"])
-    assert plans["as_asked"]["right_sized"] is None and plans["as_asked"]["mem_gb_per_node"] == 4
+    assert plans["wider"].right_sized is None and plans["wider"].time_min.total == 80
+    assert any("no finished run has this profile" in w for w in plans["wider"].warnings)
+    assert plans["as_asked"].right_sized is None and plans["as_asked"].mem_gb_per_node == 4
     from airetrain.plan.overview import format_table
     assert "b: resources measured, from job 4242 of a" in format_table(plans)
 
@@ -89,12 +91,12 @@ def test_a_right_sized_run_keeps_its_requests_as_the_history_grows(tmp_path):
     config = {"roots": {"scratch": str(scratch)}, "runs": {"b": {**first, "resources": "measured"}}}
     planned = plan_all(config, env=ENV, results=results)["b"]
     (results / "b").mkdir()
-    (results / "b" / "plan.json").write_text(json.dumps(planned))   # as the plan rule writes it
+    (results / "b" / "plan.json").write_text(json.dumps(to_dict(planned)))   # as the plan rule writes it
     finished_run(results, scratch, "c", first, "2")   # later, another run of the profile peaks higher
     record(results, [{"run": "c", "source": "sacct", "mem_used_mb": 6000.0, "cpus": 2, "cpu_eff": 0.6}])
     assert plan_all(config, env=ENV, results=results)["b"] == planned   # parsed again (in a job, or later)
     fresh = plan_all(config, env=ENV)["b"]   # planned anew: the larger peak counts
-    assert fresh["mem_gb_per_node"] == 7.4 > planned["mem_gb_per_node"] == 2.5
+    assert fresh.mem_gb_per_node == 7.4 > planned.mem_gb_per_node == 2.5
 
 
 def test_the_report_puts_a_right_sized_run_next_to_the_job_it_learned_from(tmp_path):
@@ -109,14 +111,14 @@ def test_the_report_puts_a_right_sized_run_next_to_the_job_it_learned_from(tmp_p
     sized = plan_all({"roots": {"scratch": str(scratch)}, "runs": {"b": {**first, "resources": "measured"}}},
                      env=ENV)["b"]
     (results / "b").mkdir()
-    (results / "b" / "plan.json").write_text(json.dumps(sized))
+    (results / "b" / "plan.json").write_text(json.dumps(to_dict(sized)))
     row = run_row(results / "b")
-    row.update(mem_eff=0.62, time_eff=0.31, mem_alloc_mb=sized["slurm"]["mem_mb"])   # as sacct would fill them
+    row.update(mem_eff=0.62, time_eff=0.31, mem_alloc_mb=sized.slurm.mem_mb)   # as sacct would fill them
     from airetrain.report.advice import learned
     text = learned(sized, row, scratch)
     assert row["learned_from"].startswith("job 4242 of a (")
     # a asked for 4 GB and 80 min and used 800 MB and 4 min; b asked for 1 GB (the floor)
-    assert text == (f"used MemEff 62.0% of 1.00 GB, TimeEff 31.0% of {sized['time_min']['total']} min; "
+    assert text == (f"used MemEff 62.0% of 1.00 GB, TimeEff 31.0% of {sized.time_min.total} min; "
                     "learned from job 4242 of a: MemEff 19.5% of 4.00 GB, TimeEff 5.0% of 80 min")
     shown = markdown([{**row, "right_sizing": text}], ["run", "right_sizing"])
     assert f"Right-sized runs (resources: measured):\n- **b**: {text}" in shown
@@ -150,7 +152,7 @@ def test_right_sized_cores_leave_the_loader_what_it_needs(tmp_path):
         line["measured"].update(busy_cores_per_node=3.0, data_wait_frac=data_wait)
         (scratch / "airetrain/r/history.jsonl").write_text(json.dumps(line) + "\n")
         config["runs"]["r"]["resources"] = "measured"
-        return plan_all(config, env=ENV)["r"]["right_sized"]["cpus_per_rank"]
+        return plan_all(config, env=ENV)["r"].right_sized["cpus_per_rank"]
 
     fed = sized({}, 0.02)   # 3 busy cores x 1.25 over 3 ranks: 2 each, and the workers follow
     assert fed["value"] == 2 and fed["how"].endswith("data.workers follows: 1 (cpus_per_rank - 1)")

@@ -20,7 +20,7 @@ def test_in_a_job_one_srun_task_per_node_runs_torchrun_with_the_task_shells_vari
     p = plan(gpus=6, nodes=2, batch={"global": 192})
     cmd = command(p, "/my code/train.py", ["--out", "results/r x"], env={"SLURM_JOB_ID": "42"})
     assert cmd[:7] == ["srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
-                       f"--cpus-per-task={p['cpus_per_node']}", "--kill-on-bad-exit=1"]
+                       f"--cpus-per-task={p.cpus_per_node}", "--kill-on-bad-exit=1"]
     assert cmd[7:9] == ["bash", "-c"]
     script = cmd[9]
     words = shlex.split(script.split("exec ", 1)[1])

@@ -10,7 +10,10 @@ from torch import nn
 from airetrain.train import batches
 from airetrain.train.objective import Objective, class_dim, returned_loss
 
-BUILT_IN = Objective({"loss": None, "forward": None, "metrics": None})
+from conftest import run_config
+
+RUN = run_config()
+BUILT_IN = Objective(RUN.train, RUN.model)
 
 
 @dataclasses.dataclass
@@ -79,6 +82,6 @@ def test_a_float_target_without_a_loss_says_to_set_train_loss():
 def test_a_loss_that_is_not_a_scalar_is_refused_by_name(tmp_path, monkeypatch):
     (tmp_path / "badloss.py").write_text("def per_sample(output, batch):\n    return output.sum(1)\n")
     monkeypatch.syspath_prepend(tmp_path)
-    objective = Objective({"loss": "badloss:per_sample", "forward": None, "metrics": None})
+    objective = Objective(RUN.train.replace(loss="badloss:per_sample"), RUN.model)
     with pytest.raises(TypeError, match="the loss must be a scalar tensor, got 4 float32"):
         objective.loss(torch.ones(4, 2), (torch.ones(4, 2), torch.ones(4)))

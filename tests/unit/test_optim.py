@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from airetrain.run_config import Optim
 from airetrain.train.optim import lr_factor, make_optimizer, make_scheduler
 
 
@@ -27,7 +28,8 @@ def test_no_warm_up_starts_at_the_full_rate():
 
 
 def test_the_scheduler_sets_the_optimizers_rate_step_by_step():
-    cfg = {"name": "sgd", "lr": 0.2, "momentum": 0.0, "weight_decay": 0.0, "warmup_steps": 2, "schedule": "cosine"}
+    cfg = Optim.with_defaults("optim", {"name": "sgd", "lr": 0.2, "momentum": 0.0, "weight_decay": 0.0,
+                                        "warmup_steps": 2, "schedule": "cosine"})
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = make_optimizer(cfg, [param])
     scheduler = make_scheduler(cfg, optimizer, total_steps=6)
@@ -42,5 +44,5 @@ def test_the_scheduler_sets_the_optimizers_rate_step_by_step():
 
 
 def test_adamw_unless_sgd():
-    cfg = {"name": "adamw", "lr": 1e-3, "momentum": 0.9, "weight_decay": 0.01}
+    cfg = Optim.with_defaults("optim", {"name": "adamw", "lr": 1e-3})
     assert isinstance(make_optimizer(cfg, [torch.nn.Parameter(torch.zeros(1))]), torch.optim.AdamW)

@@ -3,6 +3,7 @@ import pytest
 
 from airetrain.errors import ConfigError
 from airetrain.plan.planner import plan_all
+from airetrain.records import BatchPlan
 
 from conftest import ENV, run, write_config
 
@@ -21,45 +22,45 @@ def refused(run_cfg: dict, **top) -> str:
                                                       (6, 2, 3, "gpu:3"), (12, 4, 3, "gpu:3")])
 def test_gpus_to_nodes_gres_and_ranks(gpus, nodes, per_node, gres):
     p = plan({"gpus": gpus, "batch": {"global": 32 * gpus, "per_device": 32}})
-    assert (p["nodes"], p["nproc_per_node"], p["world_size"]) == (nodes, per_node, gpus)
-    assert p["slurm"]["gres"] == gres and p["slurm"]["nodes"] == nodes == p["slurm"]["tasks"]
-    assert p["device"] == "cuda" and p["backend"] == "nccl"
-    assert p["cpus_per_node"] == 8 * per_node            # Aire's share per GPU
-    assert p["slurm"]["mem_mb"] == 80 * 1024 * per_node
+    assert (p.nodes, p.nproc_per_node, p.world_size) == (nodes, per_node, gpus)
+    assert p.slurm.gres == gres and p.slurm.nodes == nodes == p.slurm.tasks
+    assert p.device == "cuda" and p.backend == "nccl"
+    assert p.cpus_per_node == 8 * per_node            # Aire's share per GPU
+    assert p.slurm.mem_mb == 80 * 1024 * per_node
 
 
 def test_cpu_run_uses_processes_and_gloo():
     p = plan({"gpus": 0, "processes": 3, "batch": {"global": 96, "per_device": 16}})
-    assert (p["nodes"], p["nproc_per_node"], p["world_size"]) == (1, 3, 3)
-    assert p["device"] == "cpu" and p["backend"] == "gloo" and p["slurm"]["gres"] is None
-    assert p["batch"] == {"global": 96, "per_device": 16, "grad_accum": 2}
-    assert p["torchrun"] == ["--standalone", "--nnodes=1", "--nproc_per_node=3", "--max-restarts=1"]
+    assert (p.nodes, p.nproc_per_node, p.world_size) == (1, 3, 3)
+    assert p.device == "cpu" and p.backend == "gloo" and p.slurm.gres is None
+    assert p.batch == BatchPlan(96, 16, 2)
+    assert p.torchrun == ["--standalone", "--nnodes=1", "--nproc_per_node=3", "--max-restarts=1"]
 
 
 def test_cpu_stand_in_for_gpu_plans_is_explicit():
     p = plan({"gpus": 6, "device": "cpu", "batch": {"global": 192}})
-    assert p["device"] == "cpu" and p["backend"] == "gloo"
-    assert p["slurm"]["gres"] == "gpu:3" and p["world_size"] == 6
+    assert p.device == "cpu" and p.backend == "gloo"
+    assert p.slurm.gres == "gpu:3" and p.world_size == 6
 
 
 def test_multi_node_torchrun_uses_c10d_rendezvous():
     p = plan({"gpus": 6, "batch": {"global": 192}})
-    args = p["torchrun"]
+    args = p.torchrun
     assert "--nnodes=2" in args and "--nproc_per_node=3" in args and "--rdzv_backend=c10d" in args
     assert "--node_rank=$SLURM_NODEID" in args and "--standalone" not in args
-    assert p["env"]["NCCL_DEBUG"] == "WARN" and p["env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert p.env["NCCL_DEBUG"] == "WARN" and p.env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
 
 
 def test_job_environment_threads_per_rank():
     p = plan({"gpus": 3, "cpus_per_rank": 6, "batch": {"global": 96}})
-    assert p["env"]["OMP_NUM_THREADS"] == "6" == p["env"]["MKL_NUM_THREADS"]
-    assert p["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
-    assert "NCCL_DEBUG" not in p["env"]  # single node
+    assert p.env["OMP_NUM_THREADS"] == "6" == p.env["MKL_NUM_THREADS"]
+    assert p.env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "NCCL_DEBUG" not in p.env  # single node
 
 
 def test_global_batch_to_accumulation():
     p = plan({"gpus": 3, "batch": {"global": 384, "per_device": 32}})
-    assert p["batch"]["grad_accum"] == 4
+    assert p.batch.grad_accum == 4
 
 
 @pytest.mark.parametrize("gpus", [4, 5, 7])
@@ -98,8 +99,8 @@ def test_scratch_root_under_home_is_refused():
 def test_laptop_fallback_under_home_is_allowed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     p = plan_all({"runs": {"r": {}}}, env={"HOME": str(tmp_path)})["r"]
-    assert p["roots"]["scratch_source"] == "working directory"
-    assert p["dataset"] == str(tmp_path / ".airetrain/scratch/datasets/digits")
+    assert p.roots.scratch_source == "working directory"
+    assert p.dataset == tmp_path / ".airetrain/scratch/datasets/digits"
 
 
 def test_too_many_cores_or_memory_per_node_is_refused():
@@ -130,17 +131,17 @@ def test_the_hang_watchdogs_timeout_is_checked_against_the_stop_margin_and_the_j
     with pytest.raises(ConfigError, match=r"train.hang_timeout_min = 5 is not above checkpoint.stop_margin_min = 5"):
         plan({"train": {"hang_timeout_min": 5}})
     short = plan({"time_min": {"stage": 1, "train": 10, "promote": 1}})   # the default 15 min, a 12-min job
-    assert any("hang_timeout_min = 15 is not shorter than the job (12 min)" in w for w in short["warnings"])
+    assert any("hang_timeout_min = 15 is not shorter than the job (12 min)" in w for w in short.warnings)
     off = plan({"time_min": {"stage": 1, "train": 10, "promote": 1}, "train": {"hang_timeout_min": 0}})
-    assert not any("hang_timeout_min" in w for w in off["warnings"])
+    assert not any("hang_timeout_min" in w for w in off.warnings)
     gpu = plan({"gpus": 3, "batch": {"global": 96}})
-    assert gpu["env"]["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000" and gpu["env"]["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
-    assert gpu["env"]["TORCH_FR_DUMP_TEMP_FILE"].endswith("/airetrain/r/hangs/nccl-timeout/rank_")
+    assert gpu.env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000" and gpu.env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert gpu.env["TORCH_FR_DUMP_TEMP_FILE"].endswith("/airetrain/r/hangs/nccl-timeout/rank_")
 
 
 def test_a_stop_margin_that_leaves_no_training_time_is_refused():
     with pytest.raises(ConfigError, match="stop_margin_min = 30 leaves no time to train in a job of 30 min"):
         plan({"time_min": {"stage": 5, "train": 20, "promote": 5}, "checkpoint": {"stop_margin_min": 30}})
     p = plan({"checkpoint": {"requeue": True, "max_restarts": 2}})
-    assert "--requeue" in p["slurm"]["extra"] and "--max-restarts=2" in p["torchrun"]
-    assert "--requeue" not in plan({"checkpoint": {"requeue": False}})["slurm"]["extra"]
+    assert "--requeue" in p.slurm.extra and "--max-restarts=2" in p.torchrun
+    assert "--requeue" not in plan({"checkpoint": {"requeue": False}}).slurm.extra

@@ -1,6 +1,8 @@
 """checkpoint/policy.py: when to save, and where a resumed run continues."""
 from airetrain.checkpoint.policy import Position, SavePolicy
 
+from conftest import run_config
+
 
 def saves(policy: SavePolicy, steps_per_epoch: int) -> list[int]:
     """The steps after which the policy saves, over a whole run."""
@@ -23,7 +25,7 @@ def test_every_n_steps_as_well():
 
 
 def test_from_config():
-    cfg = {"checkpoint": {"every_steps": 7, "every_epochs": 2}, "train": {"epochs": 9}}
+    cfg = run_config({"checkpoint": {"every_steps": 7, "every_epochs": 2}, "train": {"epochs": 9}})
     assert SavePolicy.from_config(cfg) == SavePolicy(7, 2, 9)
 
 

@@ -35,11 +35,11 @@ def test_a_dataset_over_the_file_quota_is_refused_with_the_numbers_and_the_pack_
 def test_a_dataset_over_a_tenth_of_the_file_quota_is_warned_about(tmp_path, caplog):
     src = folder(tmp_path / "imgs", 30)
     plan = planned(src, fast_root_max_files=200)
-    assert plan["dataset_size"] == {"files": 31, "bytes": 3000, "format": "folder", "from": str(src / "files.json")}
-    [warning] = plan["warnings"]
+    assert plan.dataset_size == {"files": 31, "bytes": 3000, "format": "folder", "from": str(src / "files.json")}
+    [warning] = plan.warnings
     assert "16% of the fast root's file quota (200)" in warning and "staging it file by file is slow" in warning
     assert "airetrain pack" in warning
-    assert planned(src, fast_root_max_files=1000)["warnings"] == []
+    assert planned(src, fast_root_max_files=1000).warnings == []
 
 
 def test_a_dataset_over_the_byte_quota_is_refused(tmp_path):
@@ -52,8 +52,8 @@ def test_packed_the_same_dataset_fits_and_the_plan_counts_its_shards(tmp_path):
     src = folder(tmp_path / "imgs", 30)
     index = pack(src, tmp_path / "imgs-shards", shard_bytes=10_000, log=lambda line: None)
     plan = planned(tmp_path / "imgs-shards", fast_root_max_files=25)
-    assert plan["dataset_size"]["format"] == "shards" and plan["dataset_size"]["files"] == index["shard_count"] + 3
-    assert plan["warnings"] == []
+    assert plan.dataset_size["format"] == "shards" and plan.dataset_size["files"] == index["shard_count"] + 3
+    assert plan.warnings == []
 
 
 def test_format_shards_without_an_index_is_refused(tmp_path):
@@ -68,7 +68,7 @@ def test_a_folder_without_a_manifest_is_left_to_the_stage_step(tmp_path):
     src = folder(tmp_path / "imgs", 30)
     (src / "files.json").unlink()
     plan = planned(src, fast_root_max_files=25)   # the plan does not walk the tree
-    assert plan["dataset_size"] is None and plan["fast_root_quota"] == {"max_files": 25, "max_gb": 1000}
+    assert plan.dataset_size is None and plan.fast_root_quota == {"max_files": 25, "max_gb": 1000}
 
 
 def fake_tool(bin_dir, name, output):

@@ -5,6 +5,7 @@ import pytest
 
 from airetrain import records
 from airetrain.records import RecordError, StageRecord, check, read_record, write_record
+from airetrain.typed import to_dict
 from conftest import REPO
 
 
@@ -27,10 +28,11 @@ def test_nested_records_are_checked_too():
     from airetrain.plan.planner import plan_all
 
     plan = plan_all({"runs": {"r": {}}}, env={"HOME": "/home/u", "SCRATCH": "/scratch/u"})["r"]
-    check(records.PlanRecord, plan)   # what the planner writes is a PlanRecord
-    del plan["slurm"]["qos"]
+    data = to_dict(plan)
+    check(records.Plan, data)   # what the planner writes is a Plan
+    del data["slurm"]["qos"]
     with pytest.raises(RecordError, match=r"\.slurm is not a SlurmRequest: missing qos"):
-        check(records.PlanRecord, plan)
+        check(records.Plan, data)
 
 
 def test_written_and_read_back(tmp_path):

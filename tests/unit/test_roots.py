@@ -9,6 +9,8 @@ import pytest
 
 from airetrain.fsutil import write_json_atomic
 from airetrain.plan.planner import plan_all, plan_workflow
+from airetrain.records import PlanRoots
+from airetrain.typed import to_dict
 from airetrain.roots import durable_root, fast_root
 
 SUBMIT_HOST = {"HOME": "/nonexistent", "TMPDIR": "/tmp"}
@@ -59,21 +61,21 @@ def test_inside_a_job_the_root_recorded_by_the_submit_host_wins_over_this_enviro
     config = {"runs": {"a": {}}}
     monkeypatch.setenv("SCRATCH", str(workdir / "login-scratch"))
     submitted = plan_workflow(config, in_job=False)
-    write_json_atomic(workdir / "results" / "a" / "plan.json", submitted["a"])
+    write_json_atomic(workdir / "results" / "a" / "plan.json", to_dict(submitted["a"]))
     # an older plan.json of another run, with another root, must not be taken
-    stale = {**submitted["a"], "roots": {**submitted["a"]["roots"], "scratch": "/elsewhere"}}
+    stale = to_dict(submitted["a"].replace(roots=PlanRoots(Path("/elsewhere"), "config", None)))
     write_json_atomic(workdir / "results" / "old" / "plan.json", stale)
     os.utime(workdir / "results" / "old" / "plan.json", (1, 1))
     monkeypatch.setenv("SCRATCH", str(workdir / "job-scratch"))
     in_job = plan_workflow(config, in_job=True)
     assert in_job == submitted
-    assert in_job["a"]["dataset"] == str(workdir / "login-scratch" / "datasets" / "digits")
-    assert plan_workflow(config, in_job=False)["a"]["roots"]["scratch"] == str(workdir / "job-scratch")
+    assert in_job["a"].dataset == workdir / "login-scratch" / "datasets" / "digits"
+    assert plan_workflow(config, in_job=False)["a"].roots.scratch == workdir / "job-scratch"
 
 
 def test_a_job_without_any_plan_file_plans_from_its_environment(workdir):
     (workdir / "results" / "a").mkdir(parents=True)
     (workdir / "results" / "a" / "plan.json").write_text("{not json")
     plans = plan_workflow({"runs": {"a": {}}}, in_job=True)
-    assert plans["a"]["roots"]["scratch"] == str(workdir / ".airetrain" / "scratch")
-    assert json.dumps(plans)  # still a plain record
+    assert plans["a"].roots.scratch == workdir / ".airetrain" / "scratch"
+    assert json.dumps(to_dict(plans["a"]))  # still a plain record

@@ -3,6 +3,7 @@ import json
 
 from airetrain.plan.planner import plan_all
 from airetrain.plan.sbatch import PLAN_END, script
+from airetrain.typed import to_dict
 from conftest import ENV
 
 
@@ -14,10 +15,10 @@ def test_directives_follow_the_plan_and_the_plan_is_embedded_verbatim(tmp_path):
     directives = [line.split(" ", 1)[1] for line in text.splitlines() if line.startswith("#SBATCH ")]
     assert directives[:5] == ["--job-name=r", "--partition=gpu", "--account=lab_x", "--qos=high", "--nodes=2"]
     assert "--gres=gpu:3" in directives and "--ntasks-per-node=1" in directives
-    assert f"--mem={plan['slurm']['mem_mb']}" in directives and "--requeue" in directives
+    assert f"--mem={plan.slurm.mem_mb}" in directives and "--requeue" in directives
     assert f"--output={tmp_path}/airetrain-r-%j.out" in directives
     embedded = text.split(f"<<'{PLAN_END}'\n", 1)[1].split(f"\n{PLAN_END}\n", 1)[0]
-    assert json.loads(embedded) == plan
+    assert json.loads(embedded) == to_dict(plan)
     assert "export PYTHONPATH=/code/airetrain" in text
 
 

@@ -10,7 +10,10 @@ from airetrain.train.datasets import NpyShards
 from airetrain.train.models import build_model
 from airetrain.train.objective import Objective, dice_cross_entropy, dice_per_sample
 
-UNET = Objective({"loss": None, "forward": None, "metrics": None}, {"name": "unet"})
+from conftest import run_config
+
+UNET_RUN = run_config({"model": {"name": "unet"}})
+UNET = Objective(UNET_RUN.train, UNET_RUN.model)
 
 
 @pytest.mark.parametrize("dims, side", [(2, 32), (3, 16)])

@@ -4,6 +4,8 @@ import json
 
 from airetrain.report.status import format_status, parse_squeue, run_status
 
+from conftest import write_plan
+
 
 def write(path, obj):
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -12,9 +14,8 @@ def write(path, obj):
 
 def test_each_state_from_the_files(tmp_path):
     results, logs = tmp_path / "results", tmp_path / "logs"
-    plan = {"durable_dir": str(tmp_path / "scratch/airetrain/x/checkpoints")}
     for name in ("training", "stopped", "done", "failed"):
-        write(results / name / "plan.json", plan)
+        write_plan(results, tmp_path, name)
     write(results / "training" / "metrics.jsonl",
           '{"step": 40, "of_steps": 220, "eta_s": 75.0, "epoch": 1, "loss": 0.41, "samples_per_s": 510.0}\n{"step": 5')
     write(results / "stopped" / "STOPPED", {"reason": "deadline", "step": 40, "of_steps": 220})
@@ -52,7 +53,7 @@ def test_squeue_lines_are_matched_to_runs_by_the_executors_comment():
 def test_a_job_waiting_for_the_runs_lock_and_a_run_that_hung_say_so(tmp_path):
     results, logs = tmp_path / "results", tmp_path / "logs"
     run_dir = tmp_path / "scratch/airetrain/x"
-    write(results / "x" / "plan.json", {"durable_dir": str(run_dir / "checkpoints")})
+    write_plan(results, tmp_path, "x")
     write(run_dir / "trainer.lock", {"slurm_job_id": "812", "host": "n1", "pid": 7, "since": 0})
     write(run_dir / "stops.jsonl", '{"reason": "hang", "step": 6, "action": "restart"}\n'
                                    '{"reason": "deadline", "step": 9, "action": "requeued"}\n')

@@ -1,6 +1,7 @@
 """The trainer's pieces, in this process as rank 0 of a one-rank gloo group (no torchrun):
 train/step.py, train/evaluate.py, train/progress.py and train/summary.py."""
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -9,21 +10,22 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from airetrain import records
+from airetrain.checkpoint.policy import Position
 from airetrain.train.parallel.process_group import Dist
 from airetrain.train.evaluate import evaluate
 from airetrain.train.objective import Objective
 from airetrain.train.parallel.wrap import Parallel
 from airetrain.train.progress import Progress
 from airetrain.train.step import train_step
-from airetrain.train.summary import gathered_figures, train_record
+from airetrain.train.session import Session
+from airetrain.train.summary import Finish, gathered_figures, train_record
+
+from conftest import make_plan
 
 D = Dist(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
-BUILT_IN = Objective({"loss": None, "forward": None, "metrics": None})
-PLAN = {"strategy": "ddp", "activation_checkpointing": False, "precision": "fp32",
-        "config": {"compile": False, "fsdp_cpu_offload": False, "model": {"fsdp_units": None}, "channels_last": False,
-                   "ddp_bucket_mb": 25,
-                   "train": {"log_every_steps": 2, "epochs": 1}},
-        "batch": {"global": 8, "per_device": 4, "grad_accum": 2}}
+PLAN = make_plan({"processes": 1, "strategy": "ddp", "precision": "fp32", "batch": {"global": 8, "per_device": 4},
+                  "train": {"log_every_steps": 2, "epochs": 1}}, Path("/tmp/airetrain-unit"))
+BUILT_IN = Objective(PLAN.config.train, PLAN.config.model)
 
 
 def linear(seed=0):
@@ -41,10 +43,10 @@ def sgd_step(model, x, y):
 def test_two_accumulated_micro_batches_make_the_step_of_their_whole_batch(process_group):
     x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
     accumulated, whole = linear(), linear()
-    par = Parallel(accumulated, PLAN, D.device)
     optimizer, scheduler, scaler = sgd_step(accumulated, x, y)
-    loss, wait_s = train_step(par, BUILT_IN, iter([(x[:4], y[:4]), (x[4:], y[4:])]), optimizer, scaler, scheduler,
-                              accum=2, device=D.device, precision="fp32")
+    session = Session(PLAN, D, None, Parallel(accumulated, PLAN, D.device), BUILT_IN, optimizer, scheduler, scaler,
+                      probe=None, flops_per_micro=0)
+    loss, wait_s = train_step(session, iter([(x[:4], y[:4]), (x[4:], y[4:])]))
 
     reference = torch.optim.SGD(whole.parameters(), lr=0.5)
     expected_loss = nn.functional.cross_entropy(whole(x), y)
@@ -108,15 +110,14 @@ def test_gpt_flops_match_the_analytic_count():
 
 
 def test_train_record_is_a_complete_train_json_with_per_step_figures(process_group):
-    plan = {**PLAN, "run": "r", "world_size": 1, "nodes": 1, "device": "cpu", "memory_estimate": None,
-            "env": {"OMP_NUM_THREADS": "1"}}
     progress = SimpleNamespace(steps=4, wait_s=1.0, step_s=4.0, loss=0.5, warmup_steps=1, warmup_s=2.0)
     figures = gathered_figures(D, progress, {"gpu_util_mean": None, "gpu_mem_peak_bytes": None})
     checkpoints = SimpleNamespace(stalls=[0.1, 0.3], latest={"path": "/x/step-00000010.pt"})
-    record = train_record(plan, {"shape": [3], "classes": 2}, progress, step=10, figures=figures,
-                          flops_per_micro=1000, peak_flops=None, train_s=8.0, checkpoints=checkpoints,
-                          final_wait_s=0.5, evaluation={"loss": 0.6, "metrics": {"accuracy": 0.75}},
-                          hosts=["h"], units={"how": "whole model", "count": 0, "classes": {}})
+    session = Session(PLAN, D, SimpleNamespace(meta={"shape": [3], "classes": 2}), Parallel(linear(), PLAN, D.device),
+                      BUILT_IN, None, None, None, probe=None, flops_per_micro=1000, position=Position(10, 0, 10))
+    record = train_record(session, progress, checkpoints, Finish(
+        train_s=8.0, final_wait_s=0.5, figures=figures, evaluation={"loss": 0.6, "metrics": {"accuracy": 0.75}},
+        hosts=["h"]))
     records.check(records.TrainRecord, record)   # every field of the definition, no other
     assert record["resumed_from_step"] == 6 and record["steps_this_session"] == 4
     assert record["samples_per_s"] == 4 * 8 / 8.0 and record["step_time_s"] == 1.0
@@ -140,7 +141,7 @@ def test_the_faster_paths_are_options_that_take_effect(process_group):
 
     plan = plan_all({"runs": {"r": {"processes": 1, "strategy": "ddp", "channels_last": True, "ddp_bucket_mb": 50,
                                     "optim": {"fused": True}}}}, env={"HOME": "/nonexistent"})["r"]
-    model = build_model(plan["config"]["model"], {"shape": [1, 8, 8], "classes": 10})
+    model = build_model(plan.config.model, {"shape": [1, 8, 8], "classes": 10})
     par = Parallel(model, plan, torch.device("cpu"))
     conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)
@@ -148,12 +149,12 @@ def test_the_faster_paths_are_options_that_take_effect(process_group):
     x, y = batches.to_device((torch.randn(4, 1, 8, 8).permute(0, 1, 3, 2), torch.arange(4)), torch.device("cpu"),
                              par.memory_format)
     assert x.is_contiguous(memory_format=torch.channels_last) and y.dim() == 1   # images only
-    assert make_optimizer(plan["config"]["optim"], model.parameters()).defaults["fused"] is True
+    assert make_optimizer(plan.config.optim, model.parameters()).defaults["fused"] is True
     # null: fused on CPU, where it was measured faster; torch's own choice on CUDA until measured there
-    unset = {**plan["config"]["optim"], "fused": None}
+    unset = plan.config.optim.replace(fused=None)
     assert make_optimizer(unset, model.parameters(), "cpu").defaults["fused"] is True
     assert make_optimizer(unset, model.parameters(), "cuda").defaults["fused"] is None
-    assert not make_optimizer({**unset, "fused": False}, model.parameters()).defaults["fused"]
+    assert not make_optimizer(unset.replace(fused=False), model.parameters()).defaults["fused"]
 
 
 @pytest.mark.parametrize("run, message", [

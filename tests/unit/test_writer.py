@@ -13,6 +13,7 @@ from torch import nn
 from airetrain.checkpoint import store, writer
 from airetrain.checkpoint.manager import Checkpointer
 from airetrain.plan.planner import plan_all
+from airetrain.records import Plan
 from airetrain.train.parallel.process_group import Dist
 from airetrain.train.parallel.wrap import Parallel
 
@@ -21,7 +22,7 @@ from conftest import wait_for
 CPU = torch.device("cpu")
 
 
-def checkpointer(tmp_path) -> tuple[Checkpointer, dict]:
+def checkpointer(tmp_path) -> tuple[Checkpointer, Plan]:
     config = {"roots": {"scratch": str(tmp_path / "scratch"), "tmp_shared": str(tmp_path / "fast")},
               "runs": {"w": {"processes": 1, "strategy": "ddp", "precision": "fp32",
                              "checkpoint": {"keep": 2, "every_steps": 1, "writer": "process"}}}}
@@ -33,8 +34,8 @@ def checkpointer(tmp_path) -> tuple[Checkpointer, dict]:
     return Checkpointer(Dist(0, 0, 1, CPU), Parallel(net, plan, CPU), optimizer, plan, tmp_path / "fast", False), plan
 
 
-def trainer(step: int, plan: dict) -> dict:
-    return {"step": step, "epoch": 0, "step_in_epoch": step, "config": plan["config"], "scheduler": {},
+def trainer(step: int, plan: Plan) -> dict:
+    return {"step": step, "epoch": 0, "step_in_epoch": step, "config": plan.config.to_dict(), "scheduler": {},
             "scaler": None}
 
 
@@ -105,7 +106,7 @@ def test_short_shared_memory_falls_back_to_a_thread(process_group, tmp_path, mon
 def test_auto_writes_cpu_runs_in_a_thread(process_group, tmp_path):
     ckpt, plan = checkpointer(tmp_path)
     ckpt._writer.close()
-    plan["config"]["checkpoint"]["writer"] = "auto"
+    plan = plan.replace(config=plan.config.replace(checkpoint=plan.config.checkpoint.replace(writer="auto")))
     auto = Checkpointer(Dist(0, 0, 1, CPU), ckpt.par, ckpt.optimizer, plan, tmp_path / "fast", False)
     assert auto._writer is None   # on CPU the thread costs less in all (benchmarks/checkpoint.py)
     auto.save(trainer(1, plan))

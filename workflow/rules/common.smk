@@ -19,6 +19,7 @@ from airetrain.plan.commands import command, run_paths
 from airetrain.plan.interpreter import rule_python
 from airetrain.plan.planner import datasets_to_prepare, plan_workflow
 from airetrain.plan.overview import format_table
+from airetrain.typed import to_dict
 
 # Plan every run in this one process; refusals stop the workflow before anything is submitted.
 # Inside a job (Snakemake parses this file again there) the plan keeps the submit host's roots.
@@ -51,17 +52,23 @@ def get_final_outputs():
 
 def slurm(wildcards, key):
     """A SLURM resource of the run, from its plan."""
-    return PLANS[wildcards.run]["slurm"][key]
+    return getattr(PLANS[wildcards.run].slurm, key)
+
+
+def get_dataset(wildcards):
+    """The run's dataset directory on scratch, an input of its stage step (none: nothing to stage)."""
+    dataset = PLANS[wildcards.run].dataset
+    return str(dataset) if dataset else []
 
 
 def partition(wildcards):
-    return PLANS[wildcards.run]["slurm"]["partition"]
+    return PLANS[wildcards.run].slurm.partition
 
 
 def account(wildcards):
     """The run's account if the config names one; else the profile's default or $SBATCH_ACCOUNT."""
-    return PLANS[wildcards.run]["slurm"]["account"] or ""
+    return PLANS[wildcards.run].slurm.account or ""
 
 
 def minutes(step):
-    return lambda wildcards: PLANS[wildcards.run]["time_min"][step]
+    return lambda wildcards: getattr(PLANS[wildcards.run].time_min, step)

@@ -9,7 +9,7 @@ rule plan:
         cmd=lambda w: command(
             "resolve",
             python=PYTHON,
-            plan_json=json.dumps(PLANS[w.run], sort_keys=True),
+            plan_json=json.dumps(to_dict(PLANS[w.run]), sort_keys=True),
             out=run_paths(w.run)["plan"],
         ),
     log:

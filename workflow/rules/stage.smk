@@ -21,7 +21,7 @@ if PREPARED_DATASETS:
 rule stage:
     input:
         plan="results/{run}/plan.json",
-        data=lambda w: PLANS[w.run]["dataset"] or [],
+        data=get_dataset,
     output:
         "results/{run}/stage.json",
     params:

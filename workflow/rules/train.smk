@@ -13,7 +13,7 @@ rule train:
         "results/{run}/benchmarks/train.tsv"
     group:
         "run_{run}"
-    threads: lambda w: PLANS[w.run]["cpus_per_node"]
+    threads: lambda w: PLANS[w.run].cpus_per_node
     resources:
         runtime=minutes("train"),
         nodes=lambda w: slurm(w, "nodes"),

@@ -20,28 +20,28 @@ import time
 from pathlib import Path
 
 from ...environment import with_user_settings
-from ...records import STOPPED, StopRecord, read_record
+from ...records import STOPPED, Plan, StopRecord, read_record
 from ...run_log import LAUNCH_ID, hangs, record_stop
 from ...slurm import job_restarts, srun_per_node
 from .lock import RunLock
 
 
-def torchrun_command(plan: dict, script: str, script_args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", *plan["torchrun"], script, *script_args]
+def torchrun_command(plan: Plan, script: str, script_args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *plan.torchrun, script, *script_args]
 
 
-def srun_command(plan: dict, inner: list[str], env=None) -> list[str]:
+def srun_command(plan: Plan, inner: list[str], env=None) -> list[str]:
     """One task per node runs torchrun; shell variables in the torchrun args expand in each task."""
     exports = "export AIRETRAIN_MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1); "
     # rendezvous port from the job id, as Aire users do: distinct jobs rarely collide on a node
     exports += "export AIRETRAIN_MASTER_PORT=$((10000 + SLURM_JOB_ID % 20000)); "
     # our own torchrun args carry $VARIABLES meant for the task's shell; everything else is quoted
     words = [w if w.startswith("--") and "$" in w else shlex.quote(w) for w in inner]
-    return [*srun_per_node(plan["nodes"], plan["cpus_per_node"], env), "bash", "-c",
+    return [*srun_per_node(plan.nodes, plan.cpus_per_node, env), "bash", "-c",
             exports + "exec " + " ".join(words)]
 
 
-def command(plan: dict, script: str, script_args: list[str], env=None) -> list[str]:
+def command(plan: Plan, script: str, script_args: list[str], env=None) -> list[str]:
     env = os.environ if env is None else env
     inner = torchrun_command(plan, script, script_args)
     return srun_command(plan, inner, env) if env.get("SLURM_JOB_ID") else inner
@@ -50,17 +50,17 @@ def command(plan: dict, script: str, script_args: list[str], env=None) -> list[s
 EXIT_STOPPED = 75   # EX_TEMPFAIL: stopped with a durable checkpoint, not requeued; run it again to resume
 
 
-def continue_stopped(plan: dict, stopped: dict, env) -> int:
+def continue_stopped(plan: Plan, stopped: dict, env) -> int:
     """The trainer stopped early with a durable checkpoint: requeue this job, or say how to go on."""
     code, action = _continue(plan, stopped, env)
-    record_stop(Path(plan["durable_dir"]).parent, stopped, env.get("SLURM_JOB_ID"), action)
+    record_stop(plan.durable_dir, stopped, env.get("SLURM_JOB_ID"), action)
     if action == "requeued":
         time.sleep(600)   # SLURM ends this job now; nothing more to do until then
     return code
 
 
-def _continue(plan: dict, stopped: dict, env) -> tuple[int, str]:
-    cfg = plan["config"]["checkpoint"]
+def _continue(plan: Plan, stopped: dict, env) -> tuple[int, str]:
+    cfg = plan.config.checkpoint
     job_id = env.get("SLURM_JOB_ID")
     print(f"training stopped ({stopped['reason']}) at step {stopped['step']} of {stopped['of_steps']}; "
           f"checkpoint {stopped['checkpoint']['path']} is durable", flush=True)
@@ -69,25 +69,25 @@ def _continue(plan: dict, stopped: dict, env) -> tuple[int, str]:
         return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
     if stopped["reason"] != "deadline":   # scancel or preemption: SLURM decides what happens next
         return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
-    if not cfg["requeue"]:
+    if not cfg.requeue:
         print(f"checkpoint.requeue is false: exiting {EXIT_STOPPED}; Snakemake's --retries resubmits it", flush=True)
         return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
     restarts = job_restarts(job_id)
-    if restarts >= cfg["max_requeues"]:
+    if restarts >= cfg.max_requeues:
         print(f"job {job_id} was requeued {restarts} times already (checkpoint.max_requeues = "
-              f"{cfg['max_requeues']}): not again; resubmit to continue", flush=True)
+              f"{cfg.max_requeues}): not again; resubmit to continue", flush=True)
         return 1, "exit 1: max_requeues reached"
     proc = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"scontrol requeue {job_id} was refused ({proc.stderr.strip()}): exiting {EXIT_STOPPED} "
               "so that Snakemake's --retries resubmits the run", flush=True)
         return EXIT_STOPPED, f"exit {EXIT_STOPPED}: requeue refused"
-    print(f"requeued job {job_id} (restart {restarts + 1} of at most {cfg['max_requeues']}); "
+    print(f"requeued job {job_id} (restart {restarts + 1} of at most {cfg.max_requeues}); "
           "SLURM ends this run of it now", flush=True)
     return EXIT_STOPPED, "requeued"
 
 
-def run(plan: dict, script: str, script_args: list[str], out: str, extra_env: dict | None = None,
+def run(plan: Plan, script: str, script_args: list[str], out: str, extra_env: dict | None = None,
         after_exit=None) -> int:
     """Run the launch, then continue a run that stopped early. Returns the exit code.
 
@@ -95,10 +95,10 @@ def run(plan: dict, script: str, script_args: list[str], out: str, extra_env: di
     in a SLURM job, SLURM signals the step itself, so it is not sent twice. after_exit runs once the
     ranks have exited, before a stopped run is requeued (script mode's last checkpoint copy)."""
     launch = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}"   # hangs of one launch are counted together
-    env = {**with_user_settings(plan["env"], os.environ), **(extra_env or {}), LAUNCH_ID: launch}
+    env = {**with_user_settings(plan.env, os.environ), **(extra_env or {}), LAUNCH_ID: launch}
     cmd = command(plan, script, script_args, env)
     marker = Path(out) / STOPPED
-    lock = RunLock(Path(plan["durable_dir"]).parent, env.get("SLURM_JOB_ID"))
+    lock = RunLock(plan.durable_dir, env.get("SLURM_JOB_ID"))
     lock.acquire()   # one trainer per run: another live job or process training it is waited for
     try:
         marker.unlink(missing_ok=True)
@@ -114,7 +114,7 @@ def run(plan: dict, script: str, script_args: list[str], out: str, extra_env: di
         lock.release()
     if marker.exists():
         return continue_stopped(plan, read_record(marker, StopRecord), env)
-    if code != 0 and (hung := hang_failure(Path(plan["durable_dir"]).parent, launch)):
+    if code != 0 and (hung := hang_failure(plan.durable_dir, launch)):
         print(f"the run hung a second time in this launch (after step {hung['step']}), so it was not restarted: "
               f"every rank's stacks are in {hung['dump']}; the first hang's are beside it", flush=True)
     return code

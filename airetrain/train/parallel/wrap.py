@@ -15,6 +15,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict, set_optimizer_state_dict)
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from ...records import Plan
 from .fsdp_units import find_units
 
 FULL = StateDictOptions(full_state_dict=True)
@@ -22,25 +23,26 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 
 
 class Parallel:
-    def __init__(self, model: nn.Module, plan: dict, device: torch.device):
-        self.strategy = plan["strategy"]
+    def __init__(self, model: nn.Module, plan: Plan, device: torch.device):
+        self.strategy = plan.strategy
+        cfg = plan.config
         # the format the training step gives 4-D inputs: the model's own, set before wrapping
-        self.memory_format = torch.channels_last if plan["config"]["channels_last"] else None
+        self.memory_format = torch.channels_last if cfg.channels_last else None
         if self.memory_format is not None:
             model.to(memory_format=self.memory_format)
         self.model = model
-        self.units = find_units(model, plan["config"]["model"].get("fsdp_units"))
+        self.units = find_units(model, cfg.model.fsdp_units)
         units = [u for u in self.units.units if any(p.requires_grad for p in u.module.parameters())]
-        if plan["activation_checkpointing"]:  # keep each unit's input, recompute the rest in backward
+        if plan.activation_checkpointing:  # keep each unit's input, recompute the rest in backward
             for u in units:
                 setattr(u.parent, u.name, checkpoint_wrapper(u.module))
         if self.strategy == "fsdp":
             from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-            dtype = DTYPES[plan["precision"]]
+            dtype = DTYPES[plan.precision]
             kwargs = {"mp_policy": MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
                       if dtype else MixedPrecisionPolicy()}
-            if plan["config"]["fsdp_cpu_offload"]:
+            if cfg.fsdp_cpu_offload:
                 kwargs["offload_policy"] = CPUOffloadPolicy()
             for u in units:   # one all-gather per unit, overlapped with compute
                 fully_shard(getattr(u.parent, u.name), **kwargs)
@@ -49,8 +51,8 @@ class Parallel:
         else:
             # gradients live in the all-reduce buckets: one copy fewer per step
             self.wrapped = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                               gradient_as_bucket_view=True, bucket_cap_mb=plan["config"]["ddp_bucket_mb"])
-        if plan["config"]["compile"] and device.type == "cuda":
+                               gradient_as_bucket_view=True, bucket_cap_mb=cfg.ddp_bucket_mb)
+        if cfg.compile and device.type == "cuda":
             self.wrapped = torch.compile(self.wrapped)
 
     def settle_buckets(self, objective, batch, precision: str) -> None:

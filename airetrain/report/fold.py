@@ -1,6 +1,5 @@
-"""Accounting figures for many SLURM jobs from ONE `sacct` call, folded per job the way seff does.
+"""Fold sacct's rows into one Job per job id, as seff computes its figures (contribs/seff/seff in SLURM).
 
-seff's figures (contribs/seff/seff in SLURM's source), computed from the same accounting records:
 - CPU efficiency = the CPU time of all steps / (Elapsed x allocated cores).
 - Memory used = the largest, over the job's steps, of the step's TRESUsageInTot memory (the sum
   of the peaks of all its tasks, on every node); memory efficiency = that / the allocated memory
@@ -15,12 +14,11 @@ gets figures so far; an id sacct does not know gets state MISSING. Nothing here 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 
 from ..units import SIZE_UNITS_MB, duration_s, size_mb
 
+# The columns the query asks sacct for, in order (report/query.py runs it).
 FIELDS = ["JobID", "JobIDRaw", "JobName", "State", "ExitCode", "Start", "Elapsed", "Timelimit", "TotalCPU",
           "AllocCPUS", "ReqMem", "NNodes", "NTasks", "MaxRSS", "AllocTRES", "TRESUsageInTot", "TRESUsageInMax"]
 
@@ -189,61 +187,3 @@ def parse(text: str, wanted: list[str] | None = None) -> dict[str, Job]:
         if wanted_id not in known:
             jobs[wanted_id] = Job(wanted_id)
     return jobs
-
-
-def command(job_ids: list[str] | None = None, since: str | None = None) -> list[str]:
-    cmd = ["sacct", "--noheader", "--parsable2", "--duplicates", "--format", ",".join(FIELDS)]
-    if job_ids:
-        cmd += ["--jobs", ",".join(job_ids)]
-    if since:
-        cmd += ["--starttime", since]
-    return cmd
-
-
-def query(job_ids: list[str] | None = None, since: str | None = None) -> dict[str, Job] | None:
-    """Every job's figures from ONE sacct call; None where there is no sacct (a laptop) or it fails."""
-    ids = sorted({str(j) for j in job_ids or [] if j})
-    if (not ids and not since) or shutil.which("sacct") is None:
-        return None
-    proc = subprocess.run(command(ids, since), capture_output=True, text=True, timeout=300)
-    return parse(proc.stdout, ids) if proc.returncode == 0 else None
-
-
-# ---- seff, where a site installs it: its figures, to show any disagreement with ours
-SEFF_LINES = {"cpu_eff": r"CPU Efficiency:\s+([\d.]+)%", "mem_eff": r"Memory Efficiency:\s+([\d.]+)%"}
-
-
-def parse_seff(text: str) -> dict[str, float]:
-    """seff's printed CPU and memory efficiency, as fractions."""
-    found = {}
-    for key, pattern in SEFF_LINES.items():
-        if m := re.search(pattern, text):
-            found[key] = float(m.group(1)) / 100
-    return found
-
-
-def seff_disagreement(job: Job, seff: dict[str, float], tolerance: float = 0.001) -> str:
-    """'' when seff agrees to 0.1 percentage point, else what differs."""
-    ours = {"cpu_eff": job.cpu_eff, "mem_eff": job.mem_eff}
-    diffs = [f"{key} seff {value:.2%} vs {ours[key] or 0:.2%}" for key, value in seff.items()
-             if abs(value - (ours[key] or 0)) > tolerance]
-    return "; ".join(diffs)
-
-
-SEFF_CHECKS = 10   # seff is one process and one database query per job: a sample, not thousands
-
-
-def seff_check(jobs: dict[str, Job], at_most: int = SEFF_CHECKS) -> dict[str, str]:
-    """Run seff for the first at_most jobs where it is installed: {job id: disagreement or 'agrees'}."""
-    if shutil.which("seff") is None:
-        return {}
-    checks = {}
-    for job_id, job in jobs.items():
-        if job.state == "MISSING":
-            continue
-        if len(checks) == at_most:
-            break
-        out = subprocess.run(["seff", job_id], capture_output=True, text=True, timeout=60).stdout
-        seff = parse_seff(out)
-        checks[job_id] = (seff_disagreement(job, seff) or "agrees") if seff else "seff printed no figures"
-    return checks

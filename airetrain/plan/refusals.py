@@ -1,0 +1,179 @@
+"""What the plan refuses before anything is submitted, and what it warns about.
+
+Each check appends its problems (a message naming the key and the fix) to a list; the planner
+refuses a run with all of them at once. Warnings are returned: the run goes ahead.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..catalog import default_path
+from ..errors import ConfigError
+from ..quota import pack_command, quota_messages
+from ..records import Script
+from ..roots import Root, is_under
+from ..run_config import RunConfig, Settings, Site
+from ..shards import INDEX
+from .config import SLURM_NAME
+
+
+def refuse(name: str, problems: list[str], why: str = "refused") -> None:
+    """Raise ConfigError for the run with every problem, if there is one."""
+    if problems:
+        raise ConfigError(f"run {name!r} {why}:\n  - " + "\n  - ".join(problems))
+
+
+def limits(name: str, run: RunConfig, site: Site, problems: list[str]) -> None:
+    """The partition's limits: GPUs per user, the longest job, and time left to train before the stop."""
+    if run.gpus > site.max_gpus_per_user:
+        problems.append(f"runs.{name}.gpus = {run.gpus} exceeds site.max_gpus_per_user = "
+                        f"{site.max_gpus_per_user}: the job would never start; ask for at most that many")
+    total_min = run.time_min.total
+    if total_min > site.max_wall_hours * 60:
+        problems.append(f"runs.{name}.time_min adds up to {total_min} min, over site.max_wall_hours = "
+                        f"{site.max_wall_hours} h; shorten train (the run resumes from its checkpoint "
+                        "when resubmitted)")
+    margin = run.checkpoint.stop_margin_min
+    if margin >= total_min:
+        problems.append(f"runs.{name}.checkpoint.stop_margin_min = {margin} leaves no time to train in a job of "
+                        f"{total_min} min (time_min); lower it or raise time_min.train")
+    hang = run.train.hang_timeout_min
+    if hang and hang <= margin:
+        problems.append(f"runs.{name}.train.hang_timeout_min = {hang} is not above checkpoint.stop_margin_min = "
+                        f"{margin}: a save may take that long without a step, and the watchdog would call it a hang; "
+                        "raise it, or set 0 to turn the watchdog off")
+    if run.slurm.mail_user and not run.slurm.mail_type:
+        problems.append(f"runs.{name}.slurm.mail_user is set but slurm.mail_type is null, so no mail would be sent: "
+                        "set mail_type, e.g. END,FAIL,REQUEUE")
+
+
+def fsdp(name: str, run: RunConfig, problems: list[str]) -> None:
+    """What FSDP cannot do, where FSDP is asked for or chosen by the memory estimate."""
+    if run.precision == "fp16":
+        problems.append(f"runs.{name}.precision = 'fp16' with FSDP is not supported (it needs a sharded "
+                        "GradScaler); use precision: bf16, which needs no scaler")
+
+
+def trainer(name: str, run: RunConfig, device: str, problems: list[str]) -> list[str]:
+    """The trainer's options that cannot work together, and warnings, without building the model."""
+    model = run.model
+    if run.strategy == "fsdp":
+        fsdp(name, run, problems)
+    if run.fsdp_cpu_offload and device != "cuda":
+        problems.append(f"runs.{name}.fsdp_cpu_offload needs a GPU: without one there is nothing to offload "
+                        "from; remove it for CPU runs")
+    if run.fsdp_cpu_offload and run.strategy == "ddp":
+        problems.append(f"runs.{name}.fsdp_cpu_offload applies to FSDP only; set strategy: fsdp or remove it")
+    if run.channels_last and (model.name in ("vit", "gpt") or (model.name == "unet" and model.dims == 3)):
+        problems.append(f"runs.{name}.channels_last applies to 2D convolutional models (small_cnn, resnet18, unet "
+                        f"with dims: 2, or your own), not to {model.name}"
+                        + (" with dims: 3" if model.name == "unet" else "") + "; remove it")
+    if run.ddp_bucket_mb != 25 and run.strategy == "fsdp":
+        problems.append(f"runs.{name}.ddp_bucket_mb applies to DDP; FSDP reduces per unit: remove it")
+    if model.name in ("vit", "gpt") and model.width % model.heads:
+        problems.append(f"runs.{name}.model.heads = {model.heads} does not divide model.width = {model.width}")
+    return _trainer_warnings(name, run, device)
+
+
+def _trainer_warnings(name: str, run: RunConfig, device: str) -> list[str]:
+    warnings = []
+    if device == "cuda":
+        if run.model.width % 8:
+            warnings.append(f"run {name}: model.width = {run.model.width} is not a multiple of 8: "
+                            "tensor cores run slower on such shapes")
+        if run.batch.per_device % 8:
+            warnings.append(f"run {name}: batch.per_device = {run.batch.per_device} is not a multiple of 8: "
+                            "tensor cores run slower on such shapes")
+    elif run.compile:
+        warnings.append(f"run {name}: compile is ignored on CPU")
+    hang, job_min = run.train.hang_timeout_min, run.time_min.total
+    if hang and hang >= job_min:
+        warnings.append(f"run {name}: train.hang_timeout_min = {hang} is not shorter than the job ({job_min} min): "
+                        "the watchdog cannot fire before the time limit")
+    return warnings
+
+
+def _not_home(key: str, path: Path, explicit: bool, env, problems: list[str]) -> None:
+    home = env.get("HOME")
+    if explicit and home and is_under(path, home):
+        problems.append(
+            f"{key} = {path} is under $HOME ({home}): $HOME is small, slow NFS and must never hold "
+            "datasets or checkpoints; put it on $SCRATCH"
+        )
+
+
+def dataset_path(name: str, run: RunConfig, scratch: Root, problems: list[str]) -> Path | None:
+    """The directory to stage, or None when there is nothing to stage (synthetic data, a user's dataset
+    without a path)."""
+    data = run.data
+    if data.name == "synthetic":
+        return None
+    path = data.path or default_path(data.name)
+    if path is None:
+        if data.name in ("npy", "image_folder"):
+            what = "the shard directory" if data.name == "npy" else "the image folder, or its packed shards"
+            problems.append(f"runs.{name}.data.path is required for data.name: {data.name} ({what})")
+        return None
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else scratch.path / path
+
+
+def storage(name: str, run: RunConfig, settings: Settings, scratch: Root, env, problems: list[str]) -> Path | None:
+    """The dataset's path on the durable root; nothing durable under $HOME."""
+    dataset = dataset_path(name, run, scratch, problems)
+    if dataset is not None:
+        data_path = Path(run.data.path or default_path(run.data.name))
+        _not_home(f"runs.{name}.data.path", dataset, data_path.is_absolute() or not scratch.fallback, env, problems)
+    _not_home("roots.scratch", scratch.path, not scratch.fallback, env, problems)
+    if settings.roots.tmp_shared:
+        _not_home("roots.tmp_shared", Path(settings.roots.tmp_shared), True, env, problems)
+    return dataset
+
+
+def dataset(name: str, run: RunConfig, site: Site, path: Path | None, size: dict | None,
+            problems: list[str]) -> list[str]:
+    """The packed format where it is asked for, and the fast root's quotas where the size is known
+    (the dataset's index or files.json); warnings returned."""
+    warnings: list[str] = []
+    if path is not None and run.data.format == "shards" and (size or {}).get("format") != "shards":
+        problems.append(f"runs.{name}.data.format is shards, but {path} has no shard index ({INDEX}): "
+                        f"pack it first: {pack_command(path)}")
+    elif size is not None:
+        refused, slow = quota_messages(path, size["files"], size["bytes"], site.fast_root_max_files,
+                                       site.fast_root_max_gb, packed=size["format"] == "shards")
+        problems.extend(f"runs.{name}.data.path: {p}" for p in refused)
+        warnings.extend(f"run {name}: {w}" for w in slow)
+    return warnings
+
+
+def account(name: str, run: RunConfig, env, problems: list[str]) -> str | None:
+    """The run's account, else $SBATCH_ACCOUNT (validated: it reaches sbatch), else none."""
+    chosen = run.slurm.account or env.get("SBATCH_ACCOUNT") or None
+    if not run.slurm.account and chosen and not SLURM_NAME.match(chosen):
+        problems.append(f"$SBATCH_ACCOUNT = {chosen!r} is not a SLURM account name (letters, digits, '_', '.' "
+                        f"and '-'); fix the variable, or set runs.{name}.slurm.account")
+    return chosen
+
+
+def script(name: str, run: RunConfig, problems: list[str]) -> Script | None:
+    """Script mode's script (absolute, from the working directory) and its arguments, if it exists."""
+    if not run.train.script:
+        return None
+    path = Path(run.train.script).expanduser().absolute()
+    if not path.is_file():
+        problems.append(f"runs.{name}.train.script = {run.train.script!r}: no such file ({path})")
+    return Script(path, list(run.train.args))
+
+
+def forecast(name: str, run: RunConfig) -> None:
+    """forecast: settings that cannot work."""
+    problems = []
+    if run.forecast.gpus:
+        for key in ("nodes", "nproc_per_node"):
+            if getattr(run, key) is not None:
+                problems.append(f"runs.{name}.{key} = {getattr(run, key)} is set, but forecast.gpus compares "
+                                f"layouts, each with its own {key}: remove {key}")
+    if run.forecast.choose and not run.forecast.gpus:
+        problems.append(f"runs.{name}.forecast.choose = {run.forecast.choose} needs forecast.gpus, the GPU counts "
+                        "to choose from, e.g. [3, 6]")
+    refuse(name, problems)

@@ -1,0 +1,195 @@
+"""The resolved configuration as typed records: one dataclass per section of the schema, one field per key.
+
+The schema (workflow/schemas/config.schema.yaml) stays the one source of the keys, their defaults
+and their descriptions: the planner validates a config against it and fills in its defaults, and
+only then are these records made, from a complete config. A test fails when a record and the
+schema disagree (a key missing on either side, or a type that does not fit).
+
+    run = RunConfig.from_dict(...)    # what plan.config holds
+    run.train.seed, run.batch.global_, run.checkpoint.async_   # `global` and `async` are Python keywords
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .schema import run_defaults
+from .typed import from_dict, to_dict
+
+
+class _Record:
+    @classmethod
+    def from_dict(cls, data: dict, where: str = ""):
+        return from_dict(cls, data, where)
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def with_defaults(cls, section: str, partial: dict):
+        """A section of a run (model, data, ...) from some of its keys, the schema's defaults for the rest."""
+        return cls.from_dict({**run_defaults()[section], **partial}, section)
+
+
+@dataclass(frozen=True)
+class Roots(_Record):
+    scratch: str | None
+    tmp_shared: str | None
+
+
+@dataclass(frozen=True)
+class Site(_Record):
+    gpus_per_node: int
+    max_gpus_per_user: int
+    max_wall_hours: float
+    cores_per_node: int
+    mem_gb_per_node: float
+    fast_root_max_files: int
+    fast_root_max_gb: float
+
+
+@dataclass(frozen=True)
+class Forecast(_Record):
+    gpus: list[int]
+    choose: str | None
+
+
+@dataclass(frozen=True)
+class TimeMin(_Record):
+    stage: int
+    train: int
+    promote: int
+
+    @property
+    def total(self) -> int:
+        return self.stage + self.train + self.promote
+
+
+@dataclass(frozen=True)
+class Model(_Record):
+    name: str
+    width: int
+    depth: int
+    heads: int
+    patch_size: int
+    dropout: float
+    dims: int
+    levels: int
+    fsdp_units: list[str] | None
+
+
+@dataclass(frozen=True)
+class Data(_Record):
+    name: str
+    path: str | None
+    format: str
+    workers: int | None
+    prefetch: int
+    verify_sha256: bool
+    samples: int
+    shape: list[int]
+    random_crop: bool
+    random_flip: bool
+    classes: int
+    vocab: int | None
+    seq_len: int
+
+    @property
+    def user(self) -> bool:
+        """A user's dataset, named by its import path."""
+        return ":" in self.name
+
+
+@dataclass(frozen=True)
+class Batch(_Record):
+    global_: int
+    per_device: int
+
+
+@dataclass(frozen=True)
+class Optim(_Record):
+    name: str
+    lr: float
+    weight_decay: float
+    momentum: float
+    schedule: str
+    warmup_steps: int
+    fused: bool | None
+
+
+@dataclass(frozen=True)
+class Train(_Record):
+    epochs: int
+    seed: int
+    deterministic: bool
+    log_every_steps: int
+    hang_timeout_min: float
+    tensorboard: bool
+    loss: str | None
+    forward: str | None
+    script: str | None
+    args: list[str]
+    metrics: str | None
+
+
+@dataclass(frozen=True)
+class Checkpoint(_Record):
+    every_epochs: int
+    every_steps: int | None
+    keep: int
+    async_: bool
+    writer: str
+    stop_margin_min: float
+    requeue: bool
+    max_requeues: int
+    max_restarts: int
+
+
+@dataclass(frozen=True)
+class Slurm(_Record):
+    partition: str
+    account: str | None
+    qos: str | None
+    mail_type: str | None
+    mail_user: str | None
+    nccl_socket_ifname: str | None
+
+
+@dataclass(frozen=True)
+class RunConfig(_Record):
+    """One run, every key filled in."""
+    device: str
+    gpus: int
+    processes: int
+    nodes: int | None
+    nproc_per_node: int | None
+    cpus_per_rank: int | None
+    mem_gb_per_rank: float | None
+    resources: str
+    forecast: Forecast
+    time_min: TimeMin
+    strategy: str
+    memory_budget_gb: float
+    activation_checkpointing: bool | str   # auto, true or false
+    fsdp_cpu_offload: bool
+    ddp_bucket_mb: float
+    channels_last: bool
+    compile: bool
+    precision: str
+    model: Model
+    data: Data
+    batch: Batch
+    optim: Optim
+    train: Train
+    checkpoint: Checkpoint
+    slurm: Slurm
+
+
+@dataclass(frozen=True)
+class Settings(_Record):
+    """The settings every run shares: where data lives, and the site's limits."""
+    roots: Roots
+    site: Site

@@ -1,0 +1,149 @@
+"""The package's dependency order, read from its source (imports inside functions included):
+
+    shared modules (airetrain/*.py but the commands)    import only shared modules
+    stages (plan, stage, checkpoint, report, train)      import shared modules and themselves, and another
+                                                         stage only where ALLOWED says why
+    commands (cli, job, doctor, __main__)                import anything
+
+and no cycle between any two modules of the package."""
+import ast
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGE = REPO / "airetrain"
+STAGES = {"plan", "stage", "checkpoint", "report", "train"}
+COMMANDS = {"cli", "job", "doctor", "__main__"}
+ALLOWED = {("train", "checkpoint"): "the trainer saves and resumes through the checkpointer, and script mode "
+                                    "mirrors a script's checkpoints to scratch"}
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by its dotted name (a package by its __init__)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The package's modules that the module `name` imports, anywhere in it."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from . import x` and `from .pkg import module`: the names may be modules themselves
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target.startswith("airetrain") and target != name:
+                out.add(target)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imported(name, path, known) for name, path in known.items()}
+
+
+def layer(module: str) -> tuple[str, str]:
+    """(its layer: shared, stage or command; its unit: the stage, or the module's own name)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "shared", "airetrain"
+    if parts[1] in STAGES:
+        return "stage", parts[1]
+    return ("command" if parts[1] in COMMANDS else "shared"), parts[1]
+
+
+def forbidden(source: str, target: str) -> str | None:
+    """Why the import of target by source breaks the order, or None."""
+    (kind, unit), (target_kind, target_unit) = layer(source), layer(target)
+    if kind == "command":
+        return None
+    if target_kind == "command":
+        return "a command is imported from below"
+    if kind == "shared" and target_kind == "stage":
+        return f"a shared module imports the stage {target_unit}"
+    if kind == "stage" and target_kind == "stage" and unit != target_unit and (unit, target_unit) not in ALLOWED:
+        return f"the stage {unit} imports the stage {target_unit}"
+    return None
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan), as a list of names."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_sees_imports_inside_functions_and_relative_ones():
+    edges = graph()
+    assert "airetrain.train.estimate" in edges["airetrain.cli"]        # inside a function
+    assert "airetrain.train.parallel.process_group" in edges["airetrain.train.progress"]   # from .parallel import x
+    assert "airetrain.records" in edges["airetrain.plan.planner"]      # from ..records import ...
+    assert {layer(m)[0] for m in edges} == {"shared", "stage", "command"}
+
+
+def test_every_import_follows_the_order():
+    broken = [f"{source} -> {target}: {why}" for source, targets in sorted(graph().items())
+              for target in sorted(targets) if (why := forbidden(source, target))]
+    assert not broken, "\n".join(broken)
+
+
+def test_no_module_takes_part_in_an_import_cycle():
+    assert cycles(graph()) == []
+
+
+def test_no_stage_imports_another_and_no_unit_cycle():
+    """At the level of the rooms: the stages and the shared modules form no cycle either."""
+    units: dict[str, set[str]] = {}
+    for source, targets in graph().items():
+        unit = layer(source)[1]
+        units.setdefault(unit, set()).update(layer(t)[1] for t in targets if layer(t)[1] != unit)
+    assert cycles(units) == []
+
+
+def test_the_check_itself_refuses_what_it_should():
+    assert forbidden("airetrain.plan.planner", "airetrain.train.estimate") == "the stage plan imports the stage train"
+    assert forbidden("airetrain.roots", "airetrain.plan.config") == "a shared module imports the stage plan"
+    assert forbidden("airetrain.train.loop", "airetrain.checkpoint.manager") is None   # ALLOWED, with its reason
+    assert forbidden("airetrain.report.status", "airetrain.cli") == "a command is imported from below"
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

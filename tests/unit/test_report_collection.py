@@ -1,0 +1,38 @@
+"""report/collection.py: a row per run or job, the trainer's figures joined with SLURM's, and the advice."""
+import time
+
+import pytest
+
+from airetrain.report.collection import jobs_table, table
+from airetrain.report.render import to_markdown
+
+from conftest import write_plan
+from sacct_synthetic import synthetic
+
+
+def test_five_hundred_synthetic_jobs_fold_into_one_row_each():
+    text = synthetic(500)
+    t0 = time.perf_counter()
+    df = jobs_table(text=text)
+    elapsed = time.perf_counter() - t0
+    assert len(df) == 500 and df["requeues"].sum() == 50 and df["cpu_eff"].between(0.1, 0.9).all()
+    print(f"500 synthetic jobs summarised in {elapsed * 1000:.0f} ms")
+
+
+def test_stage_figures_and_the_advice_to_pack_a_slowly_staged_folder(tmp_path):
+    for run_name, fmt in (("folder", "folder"), ("packed", "shards")):
+        run_dir = tmp_path / run_name
+        (run_dir / "benchmarks").mkdir(parents=True)
+        write_plan(tmp_path, tmp_path / "roots", run_name, {"processes": 2})   # 2 cores and 4 GB on one node
+        (run_dir / "stage.json").write_text(
+            f'{{"files": 1281167, "bytes": 150000000000, "seconds": 540.0, "mode": "copied", "format": "{fmt}", '
+            f'"source": "/scratch/u/imagenet"}}')
+        for step, wall in (("stage", 540.0), ("train", 5400.0), ("promote", 60.0)):
+            (run_dir / "benchmarks" / f"{step}.tsv").write_text(f"s\tcpu_time\tmax_rss\n{wall}\t1.0\t100\n")
+    df = table(tmp_path, ["folder", "packed"]).set_index("run")
+    assert df.loc["folder", "stage_files"] == 1281167 and df.loc["folder", "stage_mb"] == 150000.0
+    assert df.loc["folder", "stage_s"] == 540.0 and df.loc["folder", "stage_frac"] == pytest.approx(0.0900, abs=1e-4)
+    assert "staging 1,281,167 files took 540 s, 9% of the job: pack this dataset into shards and stage those: " \
+           "airetrain pack /scratch/u/imagenet /scratch/u/imagenet-shards" in df.loc["folder", "advice"]
+    assert "pack" not in df.loc["packed", "advice"]   # already shards
+    assert "stage_format" not in df.columns and "| stage_s | stage_frac |" in to_markdown(df.reset_index())

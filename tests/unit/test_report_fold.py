@@ -1,0 +1,107 @@
+"""report/fold.py: sacct's rows folded into one Job per id, as seff computes the figures.
+
+tests/fixtures/sacct_jobs.txt is one sacct call's output for jobs of known behaviour, captured on
+the SLURM test cluster with tests/slurm/jobs.py (tests/fixtures/README.md describes each job).
+"""
+import pytest
+
+from airetrain.report.advice import advise
+from airetrain.report.fold import FIELDS, parse, seconds, tres
+from airetrain.units import size_mb as megabytes
+
+from sacct_captured import CAPTURED, IDS, rows_of
+
+
+@pytest.mark.parametrize("text,value", [("00:00:35", 35), ("00:44.048", 44.048), ("1-02:03:04", 93784),
+                                        ("12:00.5", 720.5), ("", 0), ("UNLIMITED", 0)])
+def test_sacct_durations(text, value):
+    assert seconds(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text,mb", [("1232988K", 1204.09), ("4G", 4096), ("4000M", 4000), ("4000Mn", 4000),
+                                     ("2000Mc", 2000), ("0", 0), ("", 0)])
+def test_sacct_memory(text, mb):
+    assert megabytes(text) == pytest.approx(mb, abs=0.01)
+
+
+def seff_by_hand(job_id: str) -> tuple[float, float]:
+    """seff's formulas written out on the raw rows (contribs/seff/seff): CPU = sum of the steps'
+    TotalCPU / (Elapsed x AllocCPUS); memory = max over steps of TRESUsageInTot mem / AllocTRES mem."""
+    rows = rows_of(job_id)
+    last = max(i for i, r in enumerate(rows) if "." not in r["JobID"])   # a requeued job's last run
+    alloc, steps = rows[last], rows[last + 1:]
+    cpu = sum(seconds(r["TotalCPU"]) for r in steps)
+    used = max(megabytes(tres(r["TRESUsageInTot"]).get("mem", "0")) for r in steps)
+    return cpu / (seconds(alloc["Elapsed"]) * int(alloc["AllocCPUS"])), \
+        used / megabytes(tres(alloc["AllocTRES"])["mem"])
+
+
+def test_one_sacct_output_folds_into_every_job_with_a_clear_state():
+    jobs = parse(CAPTURED, list(IDS.values()) + ["999999"])
+    states = {name: jobs[job_id].state for name, job_id in IDS.items() if name != "array"}
+    assert states == {"burner": "COMPLETED", "toucher": "COMPLETED", "multinode": "COMPLETED", "percpu": "COMPLETED",
+                      "requeued": "COMPLETED", "cancelled": "CANCELLED", "timeout": "TIMEOUT", "oom": "OUT_OF_MEMORY"}
+    assert jobs["999999"].state == "MISSING" and "not in accounting" in jobs["999999"].status
+    assert jobs["999999"].cpu_eff is None
+    array = [j for j in jobs if j.startswith(IDS["array"] + "_")]
+    assert len(array) == 2 and all(jobs[j].state == "COMPLETED" for j in array)   # each task is a job
+    requeued = jobs[IDS["requeued"]]
+    assert requeued.runs == 2 and "requeued 1x" in requeued.status
+    assert requeued.elapsed_all_runs_s > requeued.elapsed_s
+    assert "cancelled" in jobs[IDS["cancelled"]].status and jobs[IDS["timeout"]].time_eff >= 1.0
+
+
+def test_known_efficiencies_come_out():
+    jobs = parse(CAPTURED)
+    burner, toucher = jobs[IDS["burner"]], jobs[IDS["toucher"]]
+    assert 0.3 < burner.cpu_eff < 0.55          # one busy core of two
+    assert 0.45 < toucher.mem_eff < 0.62        # 500 MB held of 1000 MB
+    percpu = jobs[IDS["percpu"]]
+    assert percpu.mem_alloc_mb == 600 and 0.45 < percpu.mem_eff < 0.62   # 300 MB of 2 x 300 MB
+    multinode = jobs[IDS["multinode"]]
+    assert multinode.nodes == 2
+    # seff sums the tasks' peaks: both nodes' 200 MB, not the largest task alone
+    assert multinode.mem_used_mb > 1.8 * multinode.max_task_rss_mb > 350
+
+
+@pytest.mark.parametrize("name", ["burner", "toucher", "multinode", "percpu", "requeued", "cancelled", "timeout"])
+def test_cpu_and_memory_match_seffs_formulas_to_a_tenth_of_a_point(name):
+    job = parse(CAPTURED)[IDS[name]]
+    cpu, mem = seff_by_hand(IDS[name])
+    assert abs(job.cpu_eff - cpu) * 100 < 0.1
+    assert abs(job.mem_eff - mem) * 100 < 0.1
+
+
+def test_old_records_without_allocated_memory_fall_back_to_the_request():
+    fields = {f: "" for f in FIELDS}
+    row = {**fields, "JobID": "7", "JobName": "old", "State": "COMPLETED", "Elapsed": "00:01:40",
+           "AllocCPUS": "4", "NNodes": "2", "AllocTRES": "cpu=4,node=2"}
+    step = {**fields, "JobID": "7.0", "TotalCPU": "00:02:00", "MaxRSS": "100M", "NTasks": "4"}
+    for req, alloc in (("300Mc", 1200), ("500Mn", 1000)):   # per core x 4 cores; per node x 2 nodes
+        text = "\n".join("|".join({**r, "ReqMem": req}[f] for f in FIELDS) for r in (row, step))
+        job = parse(text)["7"]
+        assert job.mem_alloc_mb == alloc and job.mem_used_mb == 400   # MaxRSS x tasks: no TRES usage
+        assert job.cpu_eff == pytest.approx(120 / (100 * 4))
+
+
+def test_a_running_job_gets_figures_so_far_and_says_so():
+    fields = {f: "" for f in FIELDS}
+    row = {**fields, "JobID": "9", "JobName": "live", "State": "RUNNING", "Elapsed": "00:10:00",
+           "Timelimit": "01:00:00", "AllocCPUS": "8", "NNodes": "1", "AllocTRES": "cpu=8,mem=16G,node=1,gres/gpu=1"}
+    job = parse("|".join(row[f] for f in FIELDS))["9"]
+    assert job.status == "running: figures so far" and job.time_eff == pytest.approx(1 / 6)
+    assert job.gpu_hours == pytest.approx(10 / 60) and job.cpu_eff == 0.0
+    assert advise({"job_state": "RUNNING", **job.figures()}) == []   # no advice from a job half done
+
+
+# sacct a moment after a job started on the test cluster: the batch step runs, the job's own record
+# does not know yet (PENDING, named "allocation", no time limit, ReqMem "16?")
+JUST_STARTED = """159|159|allocation|PENDING|0:0|2026-11-29T21:00:40|00:00:01||00:00:00|0|16?|0|||||
+159.batch|159.batch|batch|RUNNING|0:0|2026-11-29T21:00:40|00:00:01||00:00:00|1||1|1||cpu=1,mem=200M,node=1||
+"""
+
+
+def test_a_job_whose_start_accounting_has_not_recorded_yet_is_running_without_figures():
+    job = parse(JUST_STARTED, ["159"])["159"]
+    assert job.state == "RUNNING" and job.status == "just started: accounting has no figures yet"
+    assert job.cpu_eff is None and job.time_eff is None and advise({"job_state": "RUNNING", **job.figures()}) == []
