@@ -7,7 +7,7 @@ PINS   := envs/requirements.txt
 PIP_EXTRA ?=
 CORES  ?= 2
 
-.PHONY: demo test install browser lint lock clean slurm-up slurm-down bench
+.PHONY: demo test check install browser lint lock clean slurm-up slurm-down bench
 
 $(VENV)/.installed: pyproject.toml $(PINS)
 	python3 -m venv $(VENV)
@@ -25,9 +25,15 @@ demo: install
 	@cat results/report/efficiency.md
 
 # The whole suite, the local SLURM cluster included (tests/slurm/up.sh needs root; without it
-# the SLURM tests are skipped with the reason).
+# the SLURM tests are skipped with the reason). Two workers: one runs the tests on the cluster, in
+# order, while the other runs the rest (tests/conftest.py groups them). A cluster the suite started
+# is stopped when it ends, pass or fail.
 test: install browser
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -v -rs --durations=15
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -n 2 --dist loadgroup -v -rs --durations=15
+
+# The inner loop of development: lint and the unit tests (no torchrun, no cluster), a few minutes.
+check: lint
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -n 2 -q tests/unit
 
 # The report page is checked in Debian's headless chromium: installed here as root when missing
 # (without it, and outside CI, those tests are skipped with the reason).

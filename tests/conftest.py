@@ -81,6 +81,15 @@ def run(cmd, cwd=None, env=None, check=True, timeout=600, exact_env=False):
     return done
 
 
+def pytest_collection_modifyitems(config, items):
+    """Worker groups for pytest-xdist (`make test` runs two workers): every test on the SLURM test cluster
+    in one group, run in order by one worker (they share the cluster and count its jobs) while the other
+    worker runs the rest, a module at a time (so that a module's shared fixtures run once)."""
+    for item in items:
+        group = "slurm" if "slurm_cluster" in item.fixturenames else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True)
 def _end_what_the_test_started(request):
     """After every test: the processes it started are ended (with their children), and where it used the
@@ -163,6 +172,22 @@ def write_plan(results: Path, tmp_path: Path, name: str, run_cfg: dict | None = 
 
     plan = make_plan(run_cfg or {}, tmp_path, name)
     write_record(results / name / "plan.json", Plan, plan)
+    return plan
+
+
+def finished_run(results: Path, scratch: Path, name: str, run_cfg: dict, job_id: str | None):
+    """A run planned and finished in results/<name>: its plan.json, a train.json and a promote benchmark."""
+    from airetrain.plan.planner import plan_all
+    from airetrain.typed import to_dict
+
+    plan = plan_all({"roots": {"scratch": str(scratch)}, "runs": {name: run_cfg}}, env=ENV)[name]
+    out = results / name
+    (out / "benchmarks").mkdir(parents=True)
+    (out / "plan.json").write_text(json.dumps(to_dict(plan)))
+    (out / "train.json").write_text(json.dumps({
+        "slurm_job_id": job_id, "steps": 220, "steps_this_session": 220, "train_seconds": 110.0,
+        "step_time_s": 0.5, "samples_per_s": 128.0, "data_wait_frac": 0.02}))
+    (out / "benchmarks" / "promote.tsv").write_text("s\th:m:s\tmax_rss\n3.25\t0:00:03\t120\n")
     return plan
 
 

@@ -2,9 +2,9 @@
 DDP checkpoint, fed through shared memory.
 
 The training process only copies its state into shared-memory buffers (kept from one save to the
-next) and hands their handles over a queue. A writer thread in the training process would compete
-with the training loop for the interpreter lock and the cores: measured on 2 cores, steps slowed
-from about 100 to 245 ms while a thread wrote, more in all than a synchronous save. The writer runs
+next) and hands their handles over a queue. A writer thread in the training process competes with
+the training loop for the interpreter lock: a GPU's training thread, which must keep launching
+kernels, then stalls (benchmarks/checkpoint.py measures both writers). The writer runs
 at the lowest CPU priority (nice 19), so the training ranks win every core they want, and it dies
 with the trainer (PR_SET_PDEATHSIG): a killed trainer leaves at most a temporary file behind, which
 the next session removes, never a writer that renames files under a new session.

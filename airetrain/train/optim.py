@@ -10,8 +10,8 @@ from ..run_config import Optim
 
 def fused_default(device_type: str) -> bool | None:
     """optim.fused when the config leaves it null: the fused kernel where it was measured to be faster
-    (CPU: AdamW's step 3.9x, SGD's 2.8x, the trainer benchmark's samples/s in benchmarks/README.md);
-    elsewhere None, torch's own choice (foreach on CUDA), until benchmarks/gpu_check.sh has measured it."""
+    (on CPU: the optimizer's step and the trainer's samples/s, benchmarks/README.md); elsewhere None,
+    torch's own choice (foreach on CUDA), until benchmarks/gpu_check.sh has measured it."""
     return True if device_type == "cpu" else None
 
 

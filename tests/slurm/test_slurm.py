@@ -17,7 +17,7 @@ from user_code import write_ownlab
 pytestmark = pytest.mark.slurm
 
 STAND_IN = {"device": "cpu", "precision": "fp32", "cpus_per_rank": 1, "mem_gb_per_rank": 2,
-            "train": {"epochs": 3, "log_every_steps": 5}, "time_min": {"stage": 5, "train": 10, "promote": 5}}
+            "train": {"epochs": 2, "log_every_steps": 5}, "time_min": {"stage": 5, "train": 10, "promote": 5}}
 
 
 def unique(path) -> str:
@@ -45,8 +45,10 @@ def submitted_since(env, since: str) -> dict[str, dict]:
     return {job_id: job for job_id, job in sacct_jobs(env, since).items() if job_id != marker}
 
 
-# the aire profile, with status checks from 2 s after submission instead of 40 s
-SLURM_ARGS = ["--executor", "slurm", "--profile", str(REPO / "aire"), "--slurm-init-seconds-before-status-checks", "2"]
+# the aire profile, with status checks from 2 s after submission instead of 40 s, and then 1 s apart plus
+# the executor's own 10 s more after each check that found no job finished (instead of 10 s plus that)
+SLURM_ARGS = ["--executor", "slurm", "--profile", str(REPO / "aire"), "--slurm-init-seconds-before-status-checks", "2",
+              "--seconds-between-status-checks", "1"]
 
 
 def slurm_snakemake(work, cfg, env, *extra, check=True):
@@ -58,7 +60,7 @@ def cluster_runs(slurm_cluster, tmp_path_factory):
     work = tmp_path_factory.mktemp("slurm")
     cfg = write_config(work / "config.yaml", {
         "roots": {"scratch": str(work / "scratch")},
-        "defaults": {"train": {"epochs": 4}},
+        "defaults": {"train": {"epochs": 3}},
         "runs": {
             "demo": {"gpus": 0, "processes": 2,
                      "slurm": {"mail_type": "END,FAIL,REQUEUE", "mail_user": "a.researcher@leeds.ac.uk"}},

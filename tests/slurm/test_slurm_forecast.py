@@ -6,7 +6,7 @@ The durations come from a synthetic history (conftest.synthetic_history): this m
 cannot show 6 ranks stepping faster than 3, which is what GPUs would measure. The starts are real."""
 import json
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -63,13 +63,13 @@ def test_a_blocked_node_makes_three_gpus_finish_first_and_free_nodes_six(forecas
         rows, plan = forecast()
         print(f"blocked: 3 GPUs wait {rows[3]['wait_s']:.0f} s, 6 GPUs {rows[6]['wait_s']:.0f} s; chose {plan['gpus']}")
         assert rows[3]["start_how"] == rows[6]["start_how"] == "sbatch --test-only"
-        assert rows[3]["wait_s"] < 60   # the free node, now
-        assert abs((datetime.fromisoformat(rows[6]["start"]) - ends).total_seconds()) <= 60   # after the blocker
-        assert rows[6]["wait_s"] > 8 * 60 and rows[3]["earliest"] and not rows[6]["earliest"]
+        start3, start6 = (datetime.fromisoformat(rows[g]["start"]) for g in (3, 6))
+        assert start3 < ends <= start6 + timedelta(seconds=1)   # the free node at once; both nodes once it ends
+        assert rows[3]["earliest"] and not rows[6]["earliest"]
         # the measured scaling does not make up the wait: 3 GPUs, and the plan says why
         assert (plan["gpus"], plan["nodes"], plan["batch"]["grad_accum"]) == (3, 1, 2)
-        assert plan["forecast"]["why"].startswith("earliest_finish: 3 GPUs start in 00:00:")
-        assert "against 6 GPUs start in 00:" in plan["forecast"]["why"]
+        assert plan["forecast"]["why"].startswith("earliest_finish: 3 GPUs start in ")
+        assert "against 6 GPUs start in " in plan["forecast"]["why"]
         print(airetrain(work, env, "plan", "--configfile", str(cfg), "--forecast").split("\n\n")[0])
     finally:
         run(["scancel", blocker], env=env)
@@ -78,7 +78,8 @@ def test_a_blocked_node_makes_three_gpus_finish_first_and_free_nodes_six(forecas
              120, "both GPU nodes to be idle", every=0.2)
     rows, plan = forecast()
     print(f"free: 3 GPUs wait {rows[3]['wait_s']:.0f} s, 6 GPUs {rows[6]['wait_s']:.0f} s; chose {plan['gpus']}")
-    assert rows[3]["wait_s"] < 60 and rows[6]["wait_s"] < 60 and rows[6]["earliest"]
+    # nothing ahead of either layout: 6 GPUs start before 3 would have finished, and finish first
+    assert datetime.fromisoformat(rows[6]["start"]) < datetime.fromisoformat(rows[3]["finish"]) and rows[6]["earliest"]
     assert (plan["gpus"], plan["nodes"], plan["batch"]["grad_accum"]) == (6, 2, 1)
     print(airetrain(work, env, "plan", "--configfile", str(cfg), "--forecast").split("\n\n")[0])
     # four forecasts asked the scheduler eight times; only the blocker was ever queued

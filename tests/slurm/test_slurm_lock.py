@@ -2,13 +2,12 @@
 a second Snakemake submits the run again, and the second job waits for the first (the run's lock)."""
 import json
 import os
-import subprocess
 
 import pytest
 
 from airetrain.train.launcher.lock import LOG
 
-from conftest import BIN, read_json, run, slurm_state, snakemake_cmd, wait_for, write_config
+from conftest import BIN, read_json, run, slurm_state, snakemake_cmd, spawn, wait_for, write_config
 from test_slurm import SLURM_ARGS, unique
 from user_code import write_ownlab
 
@@ -35,8 +34,8 @@ def test_a_second_snakemake_after_the_first_died_waits_for_the_job_still_trainin
     run_dir, results = work / "scratch/airetrain/long", work / "results/long"
 
     def pipeline(log):
-        return subprocess.Popen(snakemake_cmd(work, cfg, *SLURM_ARGS, "--jobs", "1"), cwd=work, env=env,
-                                stdout=open(work / log, "w"), stderr=subprocess.STDOUT)
+        return spawn(snakemake_cmd(work, cfg, *SLURM_ARGS, "--jobs", "1"), work / log, cwd=work, env=env,
+                     exact_env=True)
 
     first = pipeline("first.log")
     wait_for(lambda: (results / "metrics.jsonl").exists() and (results / "metrics.jsonl").read_text().strip(),

@@ -31,10 +31,10 @@ from script_mode import WITH_JOB  # noqa: E402
 pytestmark = pytest.mark.slurm
 
 TRAINING = {"processes": 2, "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
-            "train": {"epochs": 10, "log_every_steps": 100}, "checkpoint": {"every_steps": 20}}
-STEPS = 10 * (1437 // 64)
+            "train": {"epochs": 5, "log_every_steps": 100}, "checkpoint": {"every_steps": 10}}
+STEPS = 5 * (1437 // 64)
 PACED = {"name": "ownlab.lab:paced", "dropout": 0.2}   # ref's small_cnn, a second per step while held
-SCRIPT_STEPS = 120
+SCRIPT_STEPS = 60
 
 
 def durable(work, run_name):
@@ -60,18 +60,18 @@ def interrupted(slurm_cluster, tmp_path_factory):
         "roots": {"scratch": str(work / "scratch")},
         "defaults": TRAINING,
         "runs": {
-            # a 4-minute job that stops 3 minutes before its end, 60 s after it starts, held at a second
+            # a 3-minute job that stops 2.5 minutes before its end, 30 s after it starts, held at a second
             # a step until then: its first session cannot finish; the second, no longer held, can
-            "stop": {"model": PACED, "time_min": {"stage": 1, "train": 2, "promote": 1},
-                     "checkpoint": {"every_steps": 20, "stop_margin_min": 3}},
+            "stop": {"model": PACED, "time_min": {"stage": 1, "train": 1, "promote": 1},
+                     "checkpoint": {"every_steps": 10, "stop_margin_min": 2.5}},
             "ref": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
             "victim": {"model": PACED, "time_min": {"stage": 2, "train": 10, "promote": 2}},
-            # 120 steps of half a second (60 s, longer than a session's 60 s less its start-up): the same
-            # 4-minute job and margin stop it part-way
-            "script-stop": {"data": {"name": "synthetic"}, "time_min": {"stage": 1, "train": 2, "promote": 1},
-                            "checkpoint": {"stop_margin_min": 3},
+            # a second a step while held (60 s, longer than the session's 30 s): the same 3-minute job and
+            # margin stop it part-way
+            "script-stop": {"data": {"name": "synthetic"}, "time_min": {"stage": 1, "train": 1, "promote": 1},
+                            "checkpoint": {"stop_margin_min": 2.5},
                             "train": {"script": str(work / "train.py"),
-                                      "args": ["--steps", str(SCRIPT_STEPS), "--step-seconds", "0.5"]}},
+                                      "args": ["--steps", str(SCRIPT_STEPS), "--step-seconds", "1"]}},
         },
     })
     (work / "train.py").write_text(WITH_JOB)
@@ -82,11 +82,13 @@ def interrupted(slurm_cluster, tmp_path_factory):
     # --retries 0: the cancelled run is left failed, for the second invocation to resume
     first = spawn(snakemake_cmd(work, cfg, *SLURM_ARGS, "--retries", "0"), work / "first.log", cwd=work, env=env)
     # cancel the victim once it has a durable checkpoint
-    wait_for(lambda: newest_step(durable(work, "victim")) >= 20, timeout=400, what="victim's checkpoint")
+    wait_for(lambda: newest_step(durable(work, "victim")) >= 10, timeout=400, what="victim's checkpoint")
     victim_job = sessions(work, "victim")[-1]["slurm_job_id"]
     run(["scancel", victim_job], env=env)
-    wait_for(lambda: stops(work / "scratch" / "airetrain" / "stop"), timeout=400, what="stop's deadline stop")
-    hold.unlink()   # the stop happened: the rest trains at full speed
+    runs = work / "scratch" / "airetrain"
+    wait_for(lambda: stops(runs / "stop") and stops(runs / "script-stop"), timeout=400,
+             what="the deadline stops of stop and script-stop")
+    hold.unlink()   # the stops happened: the rest trains at full speed
     assert first.wait(timeout=900) is not None
     second = slurm_snakemake(work, cfg, env)   # the profile's settings: resumes what did not finish
     return work, env, victim_job, (work / "first.log").read_text(), second
@@ -119,7 +121,7 @@ def test_after_scancel_a_new_invocation_resumes_only_the_cancelled_run(interrupt
     assert "results/victim/train.json" in out
     assert "results/ref/train.json" not in out and "results/stop/train.json" not in out   # not rerun
     summary = read_json(work / "results/victim/train.json")
-    assert summary["steps"] == STEPS and summary["resumed_from_step"] >= 20
+    assert summary["steps"] == STEPS and summary["resumed_from_step"] >= 10
     assert summary["slurm_job_id"] != victim_job
     resumed = sessions(work, "victim")[-1]   # a new job, with a new fast root: from scratch's copy
     assert Path(resumed["checkpoint"]).parent == durable(work, "victim") and resumed["slurm_job_id"] != victim_job
@@ -140,7 +142,7 @@ def test_a_stop_the_job_cannot_requeue_exits_75_and_the_profiles_retries_resume_
     env = {**env, "HOLD": str(hold)}
     log = tmp_path / "snakemake.log"
     proc = spawn(snakemake_cmd(tmp_path, cfg, *SLURM_ARGS), log, cwd=tmp_path, env=env)
-    wait_for(lambda: newest_step(durable(tmp_path, "retried")) >= 20, timeout=400, what="a checkpoint")
+    wait_for(lambda: newest_step(durable(tmp_path, "retried")) >= 10, timeout=400, what="a checkpoint")
     first_job = sessions(tmp_path, "retried")[-1]["slurm_job_id"]
     steps = run(["squeue", "-h", "-s", "-j", first_job, "-o", "%i %j"], env=env).stdout.split("\n")
     torchrun_step = next(line.split()[0] for line in steps if line.endswith(" bash"))   # srun bash -c 'exec torchrun'
@@ -153,7 +155,7 @@ def test_a_stop_the_job_cannot_requeue_exits_75_and_the_profiles_retries_resume_
     jobs = [s["slurm_job_id"] for s in sessions(tmp_path, "retried")]
     assert jobs[0] == first_job and len(set(jobs)) == 2, jobs   # resubmitted by Snakemake, not requeued
     summary = read_json(tmp_path / "results/retried/train.json")
-    assert summary["steps"] == STEPS and summary["resumed_from_step"] == stopped[0]["step"] >= 20
+    assert summary["steps"] == STEPS and summary["resumed_from_step"] == stopped[0]["step"] >= 10
     assert_identical(final_state(tmp_path, "retried"), final_state(ref_work, "ref"))
 
 

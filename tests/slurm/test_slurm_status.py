@@ -2,11 +2,11 @@
 trains, then both done and a failed one with its last error line; one squeue and one sacct call."""
 import json
 import os
-import subprocess
 
 import pytest
 
-from conftest import BIN, run, slurm_state, snakemake_cmd, wait_for, write_config
+from conftest import BIN, run, slurm_state, snakemake_cmd, spawn, wait_for, write_config
+from user_code import write_ownlab
 from test_slurm import SLURM_ARGS, STAND_IN, unique
 
 pytestmark = pytest.mark.slurm
@@ -37,22 +37,25 @@ def test_status_shows_pending_training_done_and_failed(slurm_cluster, tmp_path, 
     cfg = write_config(work / "config.yaml", {
         "roots": {"scratch": str(work / "scratch")},
         "runs": {
+            # held at a second a step (tests/user_code.py's paced model) until the test has seen it train
             "a": {**STAND_IN, "gpus": 3, "batch": {"global": 96, "per_device": 32},
-                  "train": {"epochs": 40, "log_every_steps": 5}},
+                  "model": {"name": "ownlab.lab:paced"}, "train": {"epochs": 2, "log_every_steps": 1}},
             "b": {"gpus": 0, "processes": 2, "slurm": {"partition": "standard"}, "train": {"epochs": 1}},
             "c": {"gpus": 0, "processes": 1, "slurm": {"partition": "standard"}, "train": {"script": "boom.py"}},
         }})
     # node-local, fresh for this session (as Aire's per-job $TMPDIR): no fast root left by an earlier run
-    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
+    write_ownlab(work)
+    hold = work / "hold"
+    hold.touch()
+    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work)), "HOLD": str(hold)}
     calls = counting(tmp_path / "bin", env, "squeue", "sacct")
     counted = {**env, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
     # the CPU node taken: b (and c) wait for it, a trains on a GPU node meanwhile
     blocker = run(["sbatch", "--parsable", "-p", "standard", "-w", "labcpu1", "--exclusive", "-t", "60",
                    "-o", str(tmp_path / "blocker-%j.out"), "--wrap", "sleep 900"], env=env).stdout.strip()
     try:
-        pipeline = subprocess.Popen(snakemake_cmd(work, cfg, *SLURM_ARGS, "--jobs", "3", "--keep-going"), cwd=work,
-                                    env={**os.environ, **env, "PATH": f"{BIN}:{os.environ['PATH']}"},
-                                    stdout=open(work / "snakemake.log", "w"), stderr=subprocess.STDOUT)
+        pipeline = spawn(snakemake_cmd(work, cfg, *SLURM_ARGS, "--jobs", "3", "--keep-going"), work / "snakemake.log",
+                         cwd=work, env=env)
         seen = {}
         # polled in this process (what the command runs, without its start-up), with the counting tools
         monkeypatch.setenv("PATH", counted["PATH"])
@@ -66,7 +69,6 @@ def test_status_shows_pending_training_done_and_failed(slurm_cluster, tmp_path, 
         try:
             wait_for(a_trains_while_b_waits, timeout=300, what="a training while b is pending", every=0.2)
         except AssertionError as e:
-            pipeline.terminate()
             raise AssertionError(f"{e}; the last status: {seen}") from None
         assert sorted(calls.read_text().split()) in (["squeue"], ["sacct", "squeue"])   # one call each at most
         a, b = seen["a"], seen["b"]
@@ -75,6 +77,7 @@ def test_status_shows_pending_training_done_and_failed(slurm_cluster, tmp_path, 
         assert b["reason"] and b["job_id"] and b["detail"].startswith(f"({b['reason']})")
     finally:
         run(["scancel", blocker], env=env)
+        hold.unlink()
     pipeline.wait(timeout=600)
     rows = status(work, cfg, env)
     assert rows["a"]["state"] == rows["b"]["state"] == "done" and rows["a"]["eval"]["eval_accuracy"] > 0.5

@@ -24,7 +24,7 @@ DBD_PORT=$((CTLD_PORT + 2))
 NODE_PORT=$((CTLD_PORT + 13))
 DB_PORT=$((CTLD_PORT - 3601))   # 3316 by default
 # Short credential lifetime: a requeued job restarts after about this long (SLURM's default is 120 s).
-CRED_EXPIRE=${AIRETRAIN_SLURM_CRED_EXPIRE:-30}
+CRED_EXPIRE=${AIRETRAIN_SLURM_CRED_EXPIRE:-10}
 PACKAGES=(slurmctld slurmd slurm-client slurmdbd slurm-wlm-mysql-plugin munge mariadb-server)
 
 say() { printf '[slurm-up %(%T)T] %s\n' -1 "$*" >&2; }
@@ -91,6 +91,9 @@ AccountingStoragePort=$DBD_PORT
 AccountingStoragePass=$S/munge/munge.socket
 AccountingStorageTRES=gres/gpu,gres/gpu:l40s
 SchedulerType=sched/backfill
+# a test cluster of three nodes: look at pending jobs (a requeued one, one whose nodes came free) every
+# 2 s instead of SLURM's 60 s and 30 s, so that no test waits on the scheduler's clock
+SchedulerParameters=sched_interval=2,bf_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000

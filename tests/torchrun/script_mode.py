@@ -31,6 +31,7 @@ def setup():
 
 steps = int(sys.argv[sys.argv.index("--steps") + 1])
 pause = float(sys.argv[sys.argv.index("--step-seconds") + 1]) if "--step-seconds" in sys.argv else 0.0   # slow
+hold = os.environ.get("HOLD")   # the pause lasts while this file exists (where it is set)
 results = os.environ["AIRETRAIN_RESULTS_DIR"]
 '''
 
@@ -57,7 +58,8 @@ while step < steps:
         loss.backward()
         opt.step()
         step += 1
-        time.sleep(pause)
+        if not hold or os.path.exists(hold):
+            time.sleep(pause)
         if metrics:
             metrics.write(json.dumps({"step": step, "loss": loss.item(), "samples_per_s": 32.0}) + "\\n")
             metrics.flush()

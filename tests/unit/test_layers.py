@@ -147,3 +147,20 @@ def test_the_check_itself_refuses_what_it_should():
     assert forbidden("airetrain.train.loop", "airetrain.checkpoint.manager") is None   # ALLOWED, with its reason
     assert forbidden("airetrain.report.status", "airetrain.cli") == "a command is imported from below"
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+ARGPARSE = {"airetrain.cli.main"}   # the command line's declarations: one add_argument after another
+
+
+def test_no_file_over_400_lines_and_no_function_over_60():
+    too_long = []
+    for name, path in modules().items():
+        source = path.read_text()
+        if len(source.splitlines()) > 400:
+            too_long.append(f"{path.relative_to(REPO)}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and f"{name}.{node.name}" not in ARGPARSE:
+                length = node.end_lineno - node.lineno + 1
+                if length > 60:
+                    too_long.append(f"{path.relative_to(REPO)}: {node.name} is {length} lines")
+    assert too_long == []

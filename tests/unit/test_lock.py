@@ -7,7 +7,7 @@ import time
 
 from airetrain.train.launcher.lock import LOCK, LOG, RunLock
 
-from conftest import wait_for
+from conftest import spawn, wait_for
 
 
 def events(run_dir):
@@ -16,7 +16,7 @@ def events(run_dir):
 
 def an_airetrain_process():
     """A live process whose command line names airetrain, as a launch's does."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "airetrain", "launch"])
+    return spawn([sys.executable, "-c", "import time; time.sleep(60)", "airetrain", "launch"])
 
 
 def test_a_live_trainer_is_waited_for_and_the_lock_taken_when_it_ends(tmp_path):

@@ -5,7 +5,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from airetrain.stage.transfer import StageError
 from airetrain.stage.pack import INDEX, MEMBERS, WORK, pack
 from airetrain.stage.staging import stage_dataset
-from conftest import BIN, run, wait_for
+from conftest import BIN, run, spawn, wait_for
 
 
 def make_tree(root, count=60, sizes=(100, 3000), long_name=True):
@@ -105,7 +104,7 @@ def test_a_killed_pack_resumes_keeping_its_finished_shards_and_ends_with_the_sam
     pack(src, tmp_path / "whole", shard_bytes=500_000, jobs=1, log=lambda line: None)
     dest = tmp_path / "cut"
     cmd = [sys.executable, "-m", "airetrain", "pack", str(src), str(dest), "--shard-size", "500k", "--jobs", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = spawn(cmd)
     wait_for(lambda: len(list((dest / WORK).glob("*.json"))) >= 2 if (dest / WORK).exists() else False,
              what="two finished shards", every=0.005)
     os.killpg(proc.pid, signal.SIGSTOP)   # frozen: what is on disk now is what the kill leaves
@@ -160,6 +159,14 @@ def test_a_truncated_shard_is_refused_by_name_before_copying(packed, tmp_path):
     shard.write_bytes(shard.read_bytes()[:-1024])
     with pytest.raises(StageError, match=r"shard shard-000001\.tar has \d+ bytes, its index says \d+ "
                                          r"\(truncated or replaced\)"):
+        stage_dataset(packed, tmp_path / "fast")
+    assert not list((tmp_path / "fast").glob("*"))
+
+
+def test_a_missing_shard_is_refused_by_name_before_copying(packed, tmp_path):
+    (packed / "shard-000001.tar").unlink()
+    with pytest.raises(StageError, match=r"shard shard-000001\.tar is in .*index\.json but missing; "
+                                         r"run airetrain pack again"):
         stage_dataset(packed, tmp_path / "fast")
     assert not list((tmp_path / "fast").glob("*"))
 

@@ -72,7 +72,8 @@ def test_a_folder_without_a_manifest_is_left_to_the_stage_step(tmp_path):
 
 
 def fake_tool(bin_dir, name, output):
-    """A FAKE of Aire's quota tools (this machine has no Lustre): prints what `lfs quota` prints there."""
+    """A FAKE of Aire's quota tools (this machine has no Lustre, and no quotas): prints what `lfs quota`
+    or `quota -s` prints there."""
     bin_dir.mkdir(exist_ok=True)
     tool = bin_dir / name
     tool.write_text(f"#!/bin/sh\ncat <<'EOF'\n{output}EOF\n")
@@ -93,6 +94,20 @@ def test_doctor_shows_the_file_counts_from_lfs_quota(tmp_path):
     out = run([str(BIN / "airetrain"), "doctor"], env=env).stdout
     assert "quota $SCRATCH (/mnt/scratch/users/alice): 1,390,000 files of 1,500,000 (93%); OVER 90%: Aire counts " \
            "this as full" in out
+
+
+QUOTA_OUTPUT = """Disk quotas for user alice (uid 1234):
+     Filesystem   space   quota   limit   grace   files   quota   limit   grace
+/dev/mapper/home-vol
+                  9000M  10240M  10240M          41000   90000  100000
+"""
+
+
+def test_doctor_shows_the_file_counts_from_quota_where_there_is_no_lfs(tmp_path):
+    fake = fake_tool(tmp_path / "bin", "quota", QUOTA_OUTPUT)
+    env = {"PATH": f"{fake}:{BIN}:/usr/bin:/bin"}
+    out = run([str(BIN / "airetrain"), "doctor"], env=env).stdout
+    assert "quota /dev/mapper/home-vol: 41,000 files of 100,000 (41%)" in out and "OVER" not in out
 
 
 def test_doctor_says_when_no_quota_tool_is_installed(tmp_path):

@@ -22,3 +22,16 @@ def test_advice_carries_the_numbers_behind_it():
     assert fsdp and "strategy: ddp" in fsdp[0]
     assert advise({"job_state": "OUT_OF_MEMORY", "mem_alloc_mb": 100})[0].startswith("ran out of memory")
     assert advise({"job_state": "COMPLETED", "cpu_eff": 0.9, "cpus": 4, "mem_eff": 0.8, "time_eff": 0.7}) == []
+
+
+def test_the_advice_names_the_config_line_that_applies_it():
+    from airetrain.report.advice import advise
+
+    row = {"run": "a", "world_size": 2, "job_state": "COMPLETED", "mem_eff": 0.1, "mem_used_mb": 100.0,
+           "mem_alloc_mb": 1000.0, "time_eff": 0.1, "elapsed_s": 60.0, "timelimit_s": 600.0}
+    tips = advise(row)
+    assert "(time_min: stage, train and promote add up to it)" in tips[1]
+    assert tips[-1].startswith("to ask for what this run used, set resources: measured in runs.a (or in defaults)")
+    assert advise({**row, "learned_from": "job 1 of a"})[-1].startswith("its requests were already right-sized")
+    assert not any("resources: measured" in tip for tip in advise({**row, "world_size": None}))   # any SLURM job
+    assert advise({**row, "mem_eff": 0.9, "time_eff": 0.9}) == []   # nothing to change, nothing to apply
