@@ -29,7 +29,7 @@ demo: install
 # order, while the other runs the rest (tests/conftest.py groups them). A cluster the suite started
 # is stopped when it ends, pass or fail.
 test: install browser
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -n 2 --dist loadgroup -v -rs --durations=15
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -n 2 -v -rs --durations=15
 
 # The inner loop of development: lint and the unit tests (no torchrun, no cluster), a few minutes.
 check: lint

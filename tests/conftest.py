@@ -81,13 +81,18 @@ def run(cmd, cwd=None, env=None, check=True, timeout=600, exact_env=False):
     return done
 
 
-def pytest_collection_modifyitems(config, items):
-    """Worker groups for pytest-xdist (`make test` runs two workers): every test on the SLURM test cluster
-    in one group, run in order by one worker (they share the cluster and count its jobs) while the other
-    worker runs the rest, a module at a time (so that a module's shared fixtures run once)."""
-    for item in items:
-        group = "slurm" if "slurm_cluster" in item.fixturenames else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config, log):
+    """How pytest-xdist shares the suite between its two workers (`make test`): the tests on the SLURM
+    test cluster (tests/slurm/) are one unit of work, run in order by one worker, since they share the
+    cluster and several count its jobs; the rest go a module at a time to whichever worker is free (a
+    module's shared fixtures then run once). The cluster's unit, the largest, is handed out first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/slurm" if nodeid.startswith("tests/slurm/") else nodeid.split("::", 1)[0]
+
+    return SuiteScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -21,18 +21,22 @@ STAND_IN = {"device": "cpu", "precision": "fp32", "cpus_per_rank": 1, "mem_gb_pe
 
 
 def unique(path) -> str:
-    """A name no earlier session used (pytest reuses basenames like slurm0 across sessions)."""
-    return f"{path.parent.name}-{path.name}"
+    """A name no earlier session used: pytest reuses basenames like slurm0 across sessions (and, with
+    several workers, popen-gw1/slurm0), so the name is the whole path's."""
+    return "-".join(Path(path).parts[-4:])
 
 
-def sacct_jobs(env, since: str) -> dict[str, dict]:
-    """{job id: sacct fields} of the allocations (no steps) submitted since `since`.
+def sacct_jobs(env, since: str, workdir=None) -> dict[str, dict]:
+    """{job id: sacct fields} of the allocations (no steps) submitted since `since`, and with workdir,
+    only those of the workflow run there (each test's own directory).
 
     sacct -S alone also lists older jobs still running or pending then (another test's leftover)."""
-    fields = ["JobID", "State", "NNodes", "AllocCPUS", "AllocTRES", "ReqMem", "NodeList", "QOS", "JobName", "Submit"]
+    fields = ["JobID", "State", "NNodes", "AllocCPUS", "AllocTRES", "ReqMem", "NodeList", "QOS", "JobName", "Submit",
+              "WorkDir"]
     out = run(["sacct", "-X", "-n", "-P", "-S", since, "-o", ",".join(fields)], env=env).stdout
     rows = (dict(zip(fields, line.split("|"))) for line in out.splitlines())
-    return {row["JobID"]: row for row in rows if row["JobID"] and row["Submit"] >= since}
+    return {row["JobID"]: row for row in rows if row["JobID"] and row["Submit"] >= since
+            and (workdir is None or Path(row["WorkDir"]) == Path(workdir))}
 
 
 def submitted_since(env, since: str) -> dict[str, dict]:

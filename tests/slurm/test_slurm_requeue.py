@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from airetrain.run_log import stops
 from conftest import (assert_identical, flatten, make_plan, newest_step, read_json, run, snakemake_cmd, spawn, wait_for,
                       write_config)
-from test_slurm import SLURM_ARGS, slurm_snakemake
+from test_slurm import SLURM_ARGS
 from user_code import write_ownlab
 from jobs import sbatch, state
 
@@ -90,12 +91,35 @@ def interrupted(slurm_cluster, tmp_path_factory):
              what="the deadline stops of stop and script-stop")
     hold.unlink()   # the stops happened: the rest trains at full speed
     assert first.wait(timeout=900) is not None
-    second = slurm_snakemake(work, cfg, env)   # the profile's settings: resumes what did not finish
-    return work, env, victim_job, (work / "first.log").read_text(), second
+    # the profile's settings: resumes what did not finish, and trains "retried", stopped by a SIGTERM
+    retried = retry_a_stop_the_job_cannot_requeue(work, cfg, env)
+    return work, env, victim_job, (work / "first.log").read_text(), (work / "second.log").read_text(), retried
+
+
+def retry_a_stop_the_job_cannot_requeue(work, cfg, env) -> str:
+    """The second invocation, with the run "retried" added (held at a second a step): its training step
+    gets a SIGTERM (as a preemption without requeue sends it) once it has a checkpoint. Returns the
+    job that got it."""
+    config = yaml.safe_load(cfg.read_text())
+    config["runs"]["retried"] = {"model": PACED, "time_min": {"stage": 2, "train": 10, "promote": 2}}
+    cfg2 = write_config(work / "config-retried.yaml", config)
+    hold = work / "hold-retried"
+    hold.touch()
+    second = spawn(snakemake_cmd(work, cfg2, *SLURM_ARGS), work / "second.log", cwd=work,
+                   env={**env, "HOLD": str(hold)})
+    wait_for(lambda: newest_step(durable(work, "retried")) >= 10, timeout=400, what="retried's checkpoint")
+    job = sessions(work, "retried")[-1]["slurm_job_id"]
+    steps = run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"], env=env).stdout.split("\n")
+    torchrun_step = next(line.split()[0] for line in steps if line.endswith(" bash"))   # srun bash -c 'exec torchrun'
+    run(["scancel", "--signal=TERM", torchrun_step], env=env)
+    wait_for(lambda: stops(work / "scratch" / "airetrain" / "retried"), timeout=300, what="retried's stop")
+    hold.unlink()
+    assert second.wait(timeout=900) == 0, (work / "second.log").read_text()[-5000:]
+    return job
 
 
 def test_a_job_at_its_time_limit_stops_requeues_itself_and_finishes_exactly(interrupted):
-    work, env, _, first_log, _ = interrupted
+    work, env = interrupted[0], interrupted[1]
     runs = sessions(work, "stop")
     job_ids = {s["slurm_job_id"] for s in runs}
     assert len(runs) >= 2 and len(job_ids) == 1, runs          # the same job, started again by SLURM
@@ -115,9 +139,8 @@ def test_a_job_at_its_time_limit_stops_requeues_itself_and_finishes_exactly(inte
 
 
 def test_after_scancel_a_new_invocation_resumes_only_the_cancelled_run(interrupted):
-    work, _, victim_job, first_log, second = interrupted
+    work, _, victim_job, first_log, out, _ = interrupted
     assert f"SLURM jobid {victim_job}" in first_log and "Error in group run_victim" in first_log
-    out = second.stdout + second.stderr
     assert "results/victim/train.json" in out
     assert "results/ref/train.json" not in out and "results/stop/train.json" not in out   # not rerun
     summary = read_json(work / "results/victim/train.json")
@@ -128,35 +151,18 @@ def test_after_scancel_a_new_invocation_resumes_only_the_cancelled_run(interrupt
     assert_identical(final_state(work, "victim"), final_state(work, "ref"))
 
 
-def test_a_stop_the_job_cannot_requeue_exits_75_and_the_profiles_retries_resume_it(interrupted, tmp_path):
+def test_a_stop_the_job_cannot_requeue_exits_75_and_the_profiles_retries_resume_it(interrupted):
     """A SIGTERM to the training step (as a preemption without requeue sends it) stops the run with a
     checkpoint; SLURM decides what follows, so launch exits 75, the job fails, and the profile's
     `retries: 1` resubmits the run in the same invocation: a new job, which resumes and finishes."""
-    ref_work, env = interrupted[0], interrupted[1]
-    cfg = write_config(tmp_path / "config.yaml", {
-        "roots": {"scratch": str(tmp_path / "scratch")}, "defaults": TRAINING,
-        "runs": {"retried": {"model": PACED, "time_min": {"stage": 2, "train": 10, "promote": 2}}}})
-    write_ownlab(tmp_path)
-    hold = tmp_path / "hold"
-    hold.touch()
-    env = {**env, "HOLD": str(hold)}
-    log = tmp_path / "snakemake.log"
-    proc = spawn(snakemake_cmd(tmp_path, cfg, *SLURM_ARGS), log, cwd=tmp_path, env=env)
-    wait_for(lambda: newest_step(durable(tmp_path, "retried")) >= 10, timeout=400, what="a checkpoint")
-    first_job = sessions(tmp_path, "retried")[-1]["slurm_job_id"]
-    steps = run(["squeue", "-h", "-s", "-j", first_job, "-o", "%i %j"], env=env).stdout.split("\n")
-    torchrun_step = next(line.split()[0] for line in steps if line.endswith(" bash"))   # srun bash -c 'exec torchrun'
-    run(["scancel", "--signal=TERM", torchrun_step], env=env)
-    wait_for(lambda: stops(tmp_path / "scratch" / "airetrain" / "retried"), timeout=300, what="the stop")
-    hold.unlink()
-    assert proc.wait(timeout=600) == 0, log.read_text()
-    stopped = stops(tmp_path / "scratch" / "airetrain" / "retried")
+    work, first_job = interrupted[0], interrupted[5]
+    stopped = stops(work / "scratch" / "airetrain" / "retried")
     assert [(s["slurm_job_id"], s["action"]) for s in stopped] == [(first_job, "exit 75")], stopped
-    jobs = [s["slurm_job_id"] for s in sessions(tmp_path, "retried")]
+    jobs = [s["slurm_job_id"] for s in sessions(work, "retried")]
     assert jobs[0] == first_job and len(set(jobs)) == 2, jobs   # resubmitted by Snakemake, not requeued
-    summary = read_json(tmp_path / "results/retried/train.json")
+    summary = read_json(work / "results/retried/train.json")
     assert summary["steps"] == STEPS and summary["resumed_from_step"] == stopped[0]["step"] >= 10
-    assert_identical(final_state(tmp_path, "retried"), final_state(ref_work, "ref"))
+    assert_identical(final_state(work, "retried"), final_state(work, "ref"))
 
 
 def test_after_a_deadline_stop_restarts_cap_requeues_and_a_refusal_exits_75(slurm_cluster, monkeypatch, tmp_path):

@@ -1,19 +1,20 @@
 """A packed dataset on the real SLURM cluster, on 2 nodes: staged once onto a fast root both nodes see
-($TMP_SHARED, as on Aire), and on every node where the fast root is node-local ($TMPDIR)."""
+($TMP_SHARED, as on Aire), and on every node where the fast root is node-local ($TMPDIR). The two
+workflows run at once, each in its own directory, on the cluster's two GPU nodes."""
 import time
 
 import pytest
 
-from airetrain.stage.prepare import prepare_digits_images
 from airetrain.stage.pack import pack
-from conftest import read_json, slurm_state, write_config
-from test_slurm import STAND_IN, sacct_jobs, slurm_snakemake, unique
+from airetrain.stage.prepare import prepare_digits_images
+from conftest import read_json, slurm_state, snakemake_cmd, spawn, write_config
+from test_slurm import SLURM_ARGS, STAND_IN, sacct_jobs, unique
 
 pytestmark = pytest.mark.slurm
 
 
-def shard_run(work, env):
-    """One 2-node image_folder run from the digits packed into 19 shards; returns (stage.json, log, job)."""
+def shard_workflow(work, env):
+    """A 2-node image_folder run from the digits packed into 19 shards, started in the background."""
     folder = prepare_digits_images(work / "scratch" / "digits")
     pack(folder, work / "scratch" / "digits-shards", shard_bytes=100_000, log=lambda line: None)
     cfg = write_config(work / "config.yaml", {
@@ -22,9 +23,13 @@ def shard_run(work, env):
                         "data": {"name": "image_folder", "path": "digits-shards", "shape": [1, 8, 8],
                                  "random_flip": False},
                         "train": {"epochs": 2, "log_every_steps": 5}}}})
-    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
-    slurm_snakemake(work, cfg, env, "--jobs", "1")
-    (job,) = sacct_jobs(env, since).values()
+    return spawn(snakemake_cmd(work, cfg, *SLURM_ARGS, "--jobs", "1"), work / "snakemake.log", cwd=work, env=env)
+
+
+def finished(work, env, since, proc):
+    """(stage.json, the stage log, the job) of a shard workflow, once it ended well."""
+    assert proc.wait(timeout=600) == 0, (work / "snakemake.log").read_text()[-3000:]
+    (job,) = sacct_jobs(env, since, workdir=work).values()
     assert job["State"] == "COMPLETED" and job["NNodes"] == "2"
     train = read_json(work / "results/s6/train.json")
     assert train["nodes"] == 2 and train["eval_accuracy"] > 0.5   # it trained on what it staged
@@ -32,14 +37,20 @@ def shard_run(work, env):
 
 
 @pytest.fixture(scope="module")
-def node_tmp(tmp_path_factory):
-    return lambda work: str(slurm_state() / "nodetmp" / "local" / unique(work))
+def staged(slurm_cluster, tmp_path_factory):
+    shared_work, local_work = tmp_path_factory.mktemp("shared"), tmp_path_factory.mktemp("node-local")
+    node_tmp = {work: str(slurm_state() / "nodetmp" / "local" / unique(work)) for work in (shared_work, local_work)}
+    shared = shared_work / "flash" / "job"   # what $TMP_SHARED is on Aire: one directory every node sees
+    shared_env = {**slurm_cluster, "TMP_SHARED": str(shared), "TMPDIR": node_tmp[shared_work]}
+    local_env = {**slurm_cluster, "TMPDIR": node_tmp[local_work], "TMP_SHARED": ""}
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    procs = {work: shard_workflow(work, env) for work, env in ((shared_work, shared_env), (local_work, local_env))}
+    return {"shared": (shared, *finished(shared_work, shared_env, since, procs[shared_work])),
+            "node-local": finished(local_work, local_env, since, procs[local_work])}
 
 
-def test_a_shared_fast_root_is_staged_once_per_job(slurm_cluster, tmp_path, node_tmp):
-    shared = tmp_path / "flash" / "job"   # what $TMP_SHARED is on Aire: one directory every node sees
-    env = {**slurm_cluster, "TMP_SHARED": str(shared), "TMPDIR": node_tmp(tmp_path)}
-    stage, log, job = shard_run(tmp_path, env)
+def test_a_shared_fast_root_is_staged_once_per_job(staged):
+    shared, stage, log, job = staged["shared"]
     assert stage["fast_root_source"] == "$TMP_SHARED" and stage["fast_root"] == str(shared)
     assert stage["format"] == "shards" and stage["mode"] == "copied" and stage["sha256_verified"]
     assert stage["nodes"] is None and stage["host"] in ("labgpu1", "labgpu2")
@@ -48,10 +59,8 @@ def test_a_shared_fast_root_is_staged_once_per_job(slurm_cluster, tmp_path, node
     assert len(list((shared / "airetrain/s6/data").glob("shard-*.tar"))) == 19
 
 
-def test_a_node_local_fast_root_is_staged_on_every_node(slurm_cluster, tmp_path, node_tmp):
-    env = {**slurm_cluster, "TMPDIR": node_tmp(tmp_path)}
-    env.pop("TMP_SHARED", None)
-    stage, log, job = shard_run(tmp_path, env)
+def test_a_node_local_fast_root_is_staged_on_every_node(staged):
+    stage, log, job = staged["node-local"]
     assert stage["fast_root_source"] == "$TMPDIR" and sorted(stage["nodes"]) == ["labgpu1", "labgpu2"]
     assert "node-local: staging on each of 2 nodes" in log
     for host, record in stage["nodes"].items():
