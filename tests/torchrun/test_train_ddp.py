@@ -111,5 +111,6 @@ def test_a_longer_rerun_resumes_from_the_checkpoint(tmp_path, strategy):
     assert second["resumed_from_step"] == first["steps"] == 22
     assert second["steps"] == 44 and second["steps_this_session"] == 22
     assert "resumed from" in proc.stdout
-    changed, proc = launch_training(tmp_path, {**cfg, "optim": {"lr": 0.001}})
-    assert read_json(changed / "train.json")["resumed_from_step"] == 0   # another config never resumes
+    if strategy == "ddp":   # the checkpoint's fingerprint, the same for both
+        changed, proc = launch_training(tmp_path, {**cfg, "optim": {"lr": 0.001}})
+        assert read_json(changed / "train.json")["resumed_from_step"] == 0   # another config never resumes
