@@ -39,14 +39,16 @@ def sacct_jobs(env, since: str, workdir=None) -> dict[str, dict]:
             and (workdir is None or Path(row["WorkDir"]) == Path(workdir))}
 
 
-def submitted_since(env, since: str) -> dict[str, dict]:
-    """The jobs submitted since `since`, once accounting has caught up: accounting records a submission
-    a moment after it, so a marker job is submitted now and awaited in sacct first, and left out."""
+def submitted_since(env, since: str, workdir) -> dict[str, dict]:
+    """The jobs the workflow run in `workdir` submitted since `since`, once accounting has caught up:
+    accounting records a submission a moment after it, so a marker job is submitted now and awaited
+    in sacct first. By working directory, not by time alone: an earlier test's jobs (its own marker)
+    can share the second `since` names."""
     from jobs import sbatch
 
     marker = sbatch("accounting-marker", ["-p", "standard", "-c", "1", "--mem=50M", "-t", "1", "--wrap=true"], env)
     wait_for(lambda: marker in sacct_jobs(env, since), 60, "the marker job in accounting", every=0.2)
-    return {job_id: job for job_id, job in sacct_jobs(env, since).items() if job_id != marker}
+    return {job_id: job for job_id, job in sacct_jobs(env, since, workdir).items() if job_id != marker}
 
 
 # the aire profile, with status checks from 2 s after submission instead of 40 s, and then 1 s apart plus
@@ -188,7 +190,7 @@ def test_dry_run_with_the_aire_profile_submits_nothing_and_shows_the_plan(slurm_
     out = proc.stdout + proc.stderr
     assert "airetrain plan:" in out and "digits-ddp" in out and "64 = 32 x 2 x 1" in out
     assert "group job run_digits-ddp" in out.lower()   # stage, train and promote as one job
-    assert submitted_since(slurm_cluster, since) == {}
+    assert submitted_since(slurm_cluster, since, tmp_path) == {}
     assert not (tmp_path / "results").exists()
 
 
@@ -199,7 +201,7 @@ def test_impossible_request_is_refused_before_any_sbatch(slurm_cluster, tmp_path
     proc = slurm_snakemake(tmp_path, cfg, slurm_cluster, check=False)
     assert proc.returncode != 0
     assert "runs.four.gpus = 4 is impossible" in proc.stdout + proc.stderr
-    assert submitted_since(slurm_cluster, since) == {}
+    assert submitted_since(slurm_cluster, since, tmp_path) == {}
 
 
 def test_sbatch_export_runs_on_the_cluster_like_the_pipeline(cluster_runs, tmp_path):

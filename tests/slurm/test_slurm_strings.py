@@ -88,4 +88,4 @@ def test_the_workflow_refuses_them_before_any_submission(slurm_cluster, tmp_path
     assert proc.returncode != 0
     for key in BAD:
         assert f"runs.bad-{key}.slurm.{key}" in out
-    assert submitted_since(slurm_cluster, since) == {} and not (tmp_path / "results").exists()
+    assert submitted_since(slurm_cluster, since, tmp_path) == {} and not (tmp_path / "results").exists()
