@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
+from airetrain.run_config import Data
 from airetrain.train.datasets import Synthetic
 from airetrain.train.models import build_model
 
@@ -23,7 +24,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     torch.manual_seed(0)
-    dataset = Synthetic(cfg["data"], "train")
+    dataset = Synthetic(Data.with_defaults("data", cfg["data"]), "train")
     sampler = DistributedSampler(dataset, shuffle=True, drop_last=True)
     loader = DataLoader(dataset, batch_size=cfg["per_device"], sampler=sampler, drop_last=True)
     model = DDP(build_model(cfg["model"], dataset.meta))
