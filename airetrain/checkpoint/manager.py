@@ -8,10 +8,12 @@
 
 DDP: rank 0 writes one file. FSDP: torch.distributed.checkpoint writes each rank's shards, with
 async_save on a gloo group of its own (on the default group it hangs while training goes on).
-Training stalls only while the state is copied to CPU memory; the write, the fsyncs, the manifest
-and the copy to scratch run in the background, one save at a time, so the newest checkpoint is on
-scratch before the next one starts: DDP's in a writer process fed through shared memory or in a
-thread (checkpoint.writer), FSDP's in DCP's background thread.
+Where a core is free for it (checkpoint/background.py decides, from checkpoint.writer and the
+machine), training stalls only while the state is copied to CPU memory; the write, the fsyncs, the
+manifest and the copy to scratch run in the background, one save at a time, so the newest
+checkpoint is on scratch before the next one starts: DDP's in a writer process fed through shared
+memory or in a thread, FSDP's in DCP's background thread. Where the ranks keep every core busy,
+the save is written in the loop, from the live state.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict)
 
-from . import store, writer
+from . import background, store, writer
 from .promote import promote
 from ..records import Plan
 from ..roots import run_dir
@@ -90,7 +92,14 @@ class Checkpointer:
         self.sharded = par.strategy == "fsdp"
         self.durable = plan.checkpoints_dir
         self.fingerprint = store.fingerprint(plan.config)
-        self.keep, self.background = cfg.keep, cfg.async_
+        self.keep = cfg.keep
+        self.path = background.choose(
+            cfg.writer, cfg.async_, self.sharded, d.device.type == "cuda",
+            background.cores_busy(plan.nproc_per_node, plan.cpus_per_rank, plan.config.data.workers),
+            background.cores_here())
+        self.background = self.path.background
+        if d.is_main:
+            log.info("checkpoints: %s (%s)", self.path.kind, self.path.reason)
         self.policy = SavePolicy.from_config(plan.config)
         fast = run_dir(fast_root, plan.run) / "checkpoints"
         # Every rank writes DCP shards: on node-local disks of a multi-node job they would be split
@@ -106,11 +115,9 @@ class Checkpointer:
         self.stalls: list[float] = []       # seconds training waited per save, all in
         self.waits: list[float] = []        # ... of which waiting for the previous save to finish
         self._buffers: dict = {}            # staging buffers, reused: shared for the writer, page-locked for GPUs
-        # DDP's background saves go to a writer process (checkpoint.writer) or a thread (checkpoint.writer
-        # in the config); FSDP's to DCP's async_save
-        kind = cfg.writer if cfg.writer != "auto" else ("process" if d.device.type == "cuda" else "thread")
-        self._writer = writer.Writer() if d.is_main and self.background and not self.sharded and kind == "process" \
-            else None
+        # DDP's background saves go to a writer process or a thread (checkpoint/background.py decides);
+        # FSDP's to DCP's async_save
+        self._writer = writer.Writer() if d.is_main and self.path.kind == background.PROCESS else None
         self._shared: bool | None = None   # decided at the first save, once the state's size is known
 
     # ---- saving
@@ -138,7 +145,8 @@ class Checkpointer:
             if self.d.is_main:   # the buffers are free: the previous save has finished (wait above)
                 tree = {"model": model_state, "optimizer": optim_state, "trainer": trainer}
                 shared = self._use_writer(tree)
-                state = cpu_copy(tree, self._buffers, shared)
+                # a synchronous save writes the live state before training goes on: no copy needed
+                state = cpu_copy(tree, self._buffers, shared) if self.background else tree
                 if self.d.device.type == "cuda":
                     torch.cuda.synchronize(self.d.device)
                 if shared:
@@ -152,10 +160,12 @@ class Checkpointer:
                 self._thread.start()
             else:
                 self._run(job)
+        in_loop = blocking or not self.background
+        if in_loop:
+            self.wait()   # raises at once where the write failed
         if blocking:
-            self.wait()
             dist.barrier()
-        self.stalls.append(waited if not blocking else time.perf_counter() - t0)
+        self.stalls.append(time.perf_counter() - t0 if in_loop else waited)
 
     def _use_writer(self, tree: dict) -> bool:
         """Whether this save goes to the writer process: where shared memory has room for the state
@@ -168,6 +178,8 @@ class Checkpointer:
                             writer.SHM, "?" if free is None else f"{free / 1e6:.0f}", need / 1e6)
                 self._writer.close()
                 self._writer = None
+                self.path = background.WritePath(background.THREAD, f"{self.path.reason}; {writer.SHM} too small "
+                                                                    "for the writer process")
         return bool(self._shared)
 
     def _save_file(self, state: dict):

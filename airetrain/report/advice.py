@@ -48,7 +48,7 @@ def _requests(row: dict, wait: float | None) -> list[str]:
             tips.append(f"CPU efficiency {cpu_eff:.0%} of {_cores(cpus)} (about {cpu_eff * cpus:.1f} busy): "
                         f"ask for {_cores(used)} (--cpus-per-task={used} on one node; "
                         f"cpus_per_rank: {per_rank})")
-    if mem_eff is not None and mem_eff < LOW:
+    if mem_eff is not None and mem_eff < LOW and _num(row, "mem_used_mb"):   # never --mem=0: all of a node
         used = row["mem_used_mb"]
         suggest = math.ceil(used * HEADROOM / 1024)
         per_rank = f" (mem_gb_per_rank: {math.ceil(used * HEADROOM / ranks / 1024)})" if row.get("world_size") else ""
@@ -73,6 +73,9 @@ def advise(row: dict) -> list[str]:
         tips.append(f"hit its time limit after {row.get('elapsed_s', 0) / 60:.0f} min: raise time_min.train, "
                     "or keep checkpoint.requeue on so it continues from its checkpoint")
     finished = state in ("COMPLETED", "")
+    if state == "COMPLETED" and row.get("source") == "sacct" and not _num(row, "mem_used_mb"):
+        tips.append("memory: accounting recorded no memory figure for this job (no MaxRSS or TRES usage), "
+                    "so there is nothing to size --mem from: keep the request as it is")
     resized = _requests(row, wait) if finished else []
     tips += resized
     if resized and row.get("world_size"):   # a pipeline run: one config line does all of it

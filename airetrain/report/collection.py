@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..fsutil import read_json
 from ..records import STOPPED, Plan, read_plan
 from ..run_log import hangs
-from .fold import Job, parse
+from .fold import Job, lookup, parse
 from .query import query
 from .seff import seff_check
 from .advice import advise, learned
@@ -126,7 +126,7 @@ def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
     stopped = (run_dir / STOPPED).exists()
     row["state"] = "stopped" if stopped and train is None else \
         "missing" if train is None else ("done" if promoted else "trained")
-    job = (accounting or {}).get(str((train or {}).get("slurm_job_id")))
+    job = lookup(accounting or {}, str((train or {}).get("slurm_job_id")))
     bench = _benchmarks(run_dir)
     if job:
         row.update(job_row(job))
@@ -183,7 +183,7 @@ def table(results: str | Path, runs: list[str]) -> pd.DataFrame:
                and (j := read_json(p).get("slurm_job_id"))]
     accounting = query(job_ids)
     rows = [run_row(Path(results) / run, accounting) for run in runs]
-    return _finish(rows, seff_check({j: accounting[j] for j in job_ids if j in accounting})
+    return _finish(rows, seff_check({j: job for j in job_ids if (job := lookup(accounting, j))})
                    if accounting else {})
 
 

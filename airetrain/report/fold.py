@@ -8,8 +8,10 @@ Beyond seff: TimeEff = Elapsed / Timelimit, GPU-hours = GPUs x Elapsed (every ru
 job counts), and the GPU TRES SLURM gathers where it can (TRESUsageInMax gres/gpuutil, gres/gpumem).
 
 A requeued job has one allocation row per run (`sacct --duplicates`); its figures are those of the
-last run, with the earlier runs counted. Array tasks (123_4) are jobs of their own. A running job
-gets figures so far; an id sacct does not know gets state MISSING. Nothing here raises on odd rows.
+last run, with the earlier runs counted. Array tasks (123_4) are jobs of their own; a task asked for
+by its raw id (the SLURM_JOB_ID it ran with, sacct's JobIDRaw) is found under that id. A running job
+gets figures so far; an id sacct does not know gets state MISSING. A job whose memory sacct did not
+record (no MaxRSS, no TRES usage) has no memory figure, never 0 MB. Nothing here raises on odd rows.
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ def tres_number(value: str | None) -> float | None:
 class Job:
     """One SLURM job (or array task), its steps folded in."""
     job_id: str
+    raw_id: str = ""                   # sacct's JobIDRaw: an array task's own job id
     name: str = ""
     state: str = "MISSING"
     exit_code: str = ""
@@ -74,8 +77,14 @@ class Job:
         return self.total_cpu_s / core_s if core_s and self.state != "MISSING" else None
 
     @property
+    def mem_recorded(self) -> bool:
+        """Whether accounting holds a memory figure: none for a job whose steps it gathered no usage for
+        (JobAcctGather off, or a job that ran no step), which is not the same as using no memory."""
+        return self.mem_used_mb > 0
+
+    @property
     def mem_eff(self) -> float | None:
-        return self.mem_used_mb / self.mem_alloc_mb if self.mem_alloc_mb else None
+        return self.mem_used_mb / self.mem_alloc_mb if self.mem_alloc_mb and self.mem_recorded else None
 
     @property
     def time_eff(self) -> float | None:
@@ -112,7 +121,8 @@ class Job:
         return {"job_id": self.job_id, "job_name": self.name, "state": self.state, "status": self.status,
                 "elapsed_s": self.elapsed_s, "timelimit_s": self.timelimit_s, "cpus": self.cpus,
                 "nodes": self.nodes, "gpus": self.gpus, "total_cpu_s": self.total_cpu_s,
-                "cpu_eff": self.cpu_eff, "mem_used_mb": self.mem_used_mb, "mem_alloc_mb": self.mem_alloc_mb,
+                "cpu_eff": self.cpu_eff, "mem_used_mb": self.mem_used_mb if self.mem_recorded else None,
+                "mem_alloc_mb": self.mem_alloc_mb,
                 "mem_eff": self.mem_eff, "time_eff": self.time_eff, "gpu_hours": self.gpu_hours,
                 "gpu_util_max": self.gpu_util_max, "gpu_mem_max_mb": self.gpu_mem_max_mb,
                 "requeues": max(self.runs - 1, 0)}
@@ -122,6 +132,7 @@ def _allocation(job: Job, row: dict) -> None:
     """A job's own row (the newest run of a requeued job comes last): what was allocated."""
     alloc = tres(row["AllocTRES"])
     job.runs += 1
+    job.raw_id = row["JobIDRaw"]
     job.name = row["JobName"]
     job.state = (row["State"].split() or ["UNKNOWN"])[0]   # "CANCELLED by 1000" -> CANCELLED
     job.exit_code = row["ExitCode"]
@@ -182,8 +193,17 @@ def parse(text: str, wanted: list[str] | None = None) -> dict[str, Job]:
             # for a moment after the start slurmdbd shows the job PENDING (as "allocation", with no
             # limits) while its batch step already runs: seen on the test cluster
             job.state, job.late_start_record = "RUNNING", True
-    known = set(jobs) | {j.partition("_")[0] for j in jobs}   # an array's id stands for its tasks
+    # an array's id stands for its tasks, and a task's raw id for that task
+    known = set(jobs) | {j.partition("_")[0] for j in jobs} | {job.raw_id for job in jobs.values()}
     for wanted_id in wanted or []:
         if wanted_id not in known:
             jobs[wanted_id] = Job(wanted_id)
     return jobs
+
+
+def lookup(jobs: dict[str, Job], job_id: str) -> Job | None:
+    """The job a run recorded: by its id, or, for an array task, by the raw id it ran with (inside a
+    task SLURM_JOB_ID is the raw id, while sacct names the task <array>_<task>)."""
+    if job_id in jobs:
+        return jobs[job_id]
+    return next((job for job in jobs.values() if job.raw_id == job_id), None)

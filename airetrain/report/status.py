@@ -22,6 +22,7 @@ from ..fsutil import read_json
 from ..text import clock
 from ..records import STOPPED, Plan, read_plan
 from ..run_log import LOCK, hangs, sessions
+from .fold import lookup
 from .query import query
 
 SQUEUE_FORMAT = "%i|%T|%r|%S|%k"
@@ -107,7 +108,7 @@ def run_status(name: str, results: Path, logs: Path, queued: dict | None, accoun
     job_ids = [s["slurm_job_id"] for s in _sessions(plan) if s.get("slurm_job_id")]
     if job_ids:
         row["job_id"] = job_ids[-1]
-        job = accounting.get(str(job_ids[-1]))
+        job = lookup(accounting, str(job_ids[-1]))
         if job is not None and job.runs > 1:
             row["requeues"] = job.runs - 1
     train = read_json(out / "train.json") if (out / "train.json").exists() else None
@@ -130,7 +131,7 @@ def run_status(name: str, results: Path, logs: Path, queued: dict | None, accoun
         row.update(state="stopped", step=stop["step"], of_steps=stop["of_steps"])
         row["detail"] = f"at step {stop['step']}/{stop['of_steps']} ({stop['reason']}): waiting to resume"
     else:
-        job = accounting.get(str(row["job_id"])) if row["job_id"] else None
+        job = lookup(accounting, str(row["job_id"])) if row["job_id"] else None
         error = last_error(logs / name)
         if (job is not None and job.state in FAILED) or (queued is None and error and not train):
             row["state"] = "failed"

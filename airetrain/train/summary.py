@@ -106,6 +106,8 @@ def train_record(s, progress, checkpoints, end: Finish) -> TrainRecord:
         environment={k: os.environ.get(k) for k in (*plan.env, "NCCL_SOCKET_IFNAME")},
         checkpoint=checkpoints.latest,
         checkpoint_saves=len(stalls),
+        checkpoint_writer=checkpoints.path.kind,
+        checkpoint_writer_reason=checkpoints.path.reason,
         checkpoint_stall_s_mean=round(sum(stalls) / len(stalls), 4) if stalls else None,
         checkpoint_final_wait_s=round(end.final_wait_s, 3),
     )

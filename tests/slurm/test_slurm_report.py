@@ -35,6 +35,24 @@ def test_live_jobs_get_their_known_figures_from_one_sacct_call(live_jobs, tmp_pa
     assert "| burner |" in out and (tmp_path / "efficiency.html").stat().st_size > 10_000
 
 
+def test_a_run_trained_in_an_array_task_gets_that_tasks_row_once(live_jobs, tmp_path):
+    """Inside an array task SLURM_JOB_ID is the task's raw id, and that is what train.json records."""
+    ids, env = live_jobs
+    tasks = run(["sacct", "-X", "-n", "-P", "-j", ids["array"], "-o", "JobID,JobIDRaw"], env=env).stdout.split()
+    task, raw = next(line.split("|") for line in tasks if line.startswith(f"{ids['array']}_1|"))
+    assert raw != ids["array"]   # the task ran with an id of its own
+    (tmp_path / "results" / "in_array").mkdir(parents=True)
+    (tmp_path / "results" / "in_array" / "train.json").write_text(f'{{"slurm_job_id": "{raw}"}}')
+    run(["airetrain", "report", "--results", str(tmp_path / "results"), "--out", str(tmp_path), "in_array"],
+        env=env)
+    rows = list(csv.DictReader(open(tmp_path / "efficiency.csv")))
+    assert [(r["run"], r["job_id"], r["job_state"]) for r in rows] == [("in_array", raw, "COMPLETED")], rows
+    assert float(rows[0]["elapsed_s"]) > 0 and "not in accounting" not in rows[0]["status"]
+    jobs = run(["airetrain", "report", "--jobs", raw, "--out", str(tmp_path / "by_id")], env=env).stdout
+    rows = list(csv.DictReader(open(tmp_path / "by_id" / "efficiency.csv")))
+    assert [(r["job_id"], r["job_state"]) for r in rows] == [(task, "COMPLETED")], jobs
+
+
 def test_since_finds_the_same_jobs(live_jobs):
     ids, env = live_jobs
     out = run(["airetrain", "report", "--since", "now-1hour"], env=env).stdout

@@ -35,3 +35,19 @@ def test_the_advice_names_the_config_line_that_applies_it():
     assert advise({**row, "learned_from": "job 1 of a"})[-1].startswith("its requests were already right-sized")
     assert not any("resources: measured" in tip for tip in advise({**row, "world_size": None}))   # any SLURM job
     assert advise({**row, "mem_eff": 0.9, "time_eff": 0.9}) == []   # nothing to change, nothing to apply
+
+
+def test_a_job_without_a_memory_figure_is_told_so_never_given_a_size():
+    from airetrain.report.collection import job_row
+    from airetrain.report.fold import FIELDS, parse
+
+    fields = {f: "" for f in FIELDS}
+    row = {**fields, "JobID": "5", "JobIDRaw": "5", "JobName": "quiet", "State": "COMPLETED", "Elapsed": "00:10:00",
+           "Timelimit": "01:00:00", "AllocCPUS": "4", "NNodes": "1", "AllocTRES": "cpu=4,mem=16G,node=1"}
+    step = {**fields, "JobID": "5.batch", "JobIDRaw": "5.batch", "State": "COMPLETED", "TotalCPU": "00:05:00",
+            "MaxRSS": "0", "NTasks": "1", "TRESUsageInTot": "cpu=00:05:00", "TRESUsageInMax": ""}
+    job = parse("\n".join("|".join(r[f] for f in FIELDS) for r in (row, step)))["5"]
+    assert job.mem_alloc_mb == 16384 and job.mem_eff is None and job.figures()["mem_used_mb"] is None
+    tips = " | ".join(advise({**job_row(job), "run": "quiet"}))
+    assert "no memory figure" in tips and "--mem=" not in tips, tips
+    assert "ask for 1 core" in tips   # the figures it has still give their advice

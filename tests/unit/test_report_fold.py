@@ -105,3 +105,57 @@ def test_a_job_whose_start_accounting_has_not_recorded_yet_is_running_without_fi
     job = parse(JUST_STARTED, ["159"])["159"]
     assert job.state == "RUNNING" and job.status == "just started: accounting has no figures yet"
     assert job.cpu_eff is None and job.time_eff is None and advise({"job_state": "RUNNING", **job.figures()}) == []
+
+
+def test_an_array_task_asked_for_by_its_raw_id_is_that_task_once():
+    from airetrain.report.collection import jobs_rows
+    from airetrain.report.fold import lookup
+
+    task = rows_of(f"{IDS['array']}_1")[0]
+    raw = task["JobIDRaw"]
+    assert raw != IDS["array"]   # the captured task ran with an id of its own (SLURM_JOB_ID)
+    jobs = parse(CAPTURED, [raw])
+    assert raw not in jobs and lookup(jobs, raw).job_id == task["JobID"]   # found, and not made MISSING
+    assert lookup(jobs, raw).state == "COMPLETED"
+    rows, _ = jobs_rows([raw], text="\n".join(line for line in CAPTURED.splitlines()
+                                              if line.split("|")[1].partition(".")[0] == raw))
+    assert [(r["job_id"], r["job_state"]) for r in rows] == [(task["JobID"], "COMPLETED")]
+
+
+# Rows as `sacct --parsable2 --noheader --duplicates` prints them (FIELDS' order), in the formats
+# sacct has used across SLURM versions.
+FORMATS = {
+    "old per-node memory": ("11|11|a|COMPLETED|0:0|2026-01-01T00:00:00|00:10:00|01:00:00|00:20:00|4|4000Mn|2|||"
+                            "cpu=4,node=2||", {"mem_alloc_mb": 8000, "timelimit_s": 3600}),
+    "old per-core memory": ("12|12|b|COMPLETED|0:0|2026-01-01T00:00:00|00:10:00|01:00:00|00:20:00|4|2Gc|1|||"
+                            "cpu=4,node=1||", {"mem_alloc_mb": 8192}),
+    "no time limit": ("13|13|c|COMPLETED|0:0|2026-01-01T00:00:00|00:10:00|UNLIMITED|00:20:00|4|4G|1|||"
+                      "cpu=4,mem=4G,node=1||", {"timelimit_s": None, "time_eff": None}),
+    "the partition's limit": ("14|14|d|COMPLETED|0:0|2026-01-01T00:00:00|00:10:00|Partition_Limit|00:20:00|4|4G|"
+                              "1|||cpu=4,mem=4G,node=1||", {"timelimit_s": None}),
+    "days": ("15|15|e|TIMEOUT|0:0|2026-01-01T00:00:00|3-04:05:06|3-04:00:00|6-00:00:00|2|4G|1|||"
+             "cpu=2,mem=4G,node=1||", {"elapsed_s": 273906, "timelimit_s": 273600, "state": "TIMEOUT"}),
+    "a pending array": ("16_[4-9]|16|f|PENDING|0:0|Unknown|00:00:00|00:10:00|00:00:00|1|1G|1|||"
+                        "billing=1,cpu=1,mem=1G,node=1||", {"job_id": "16_[4-9]", "state": "PENDING"}),
+    "cancelled by a user": ("17|17|g|CANCELLED by 1000|0:15|2026-01-01T00:00:00|00:01:00|00:10:00|00:00:30|1|1G|"
+                            "1|||cpu=1,mem=1G,node=1||", {"state": "CANCELLED", "status": "cancelled"}),
+}
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_sacct_formats_across_versions(name):
+    line, expected = FORMATS[name]
+    assert len(line.split("|")) == len(FIELDS), "the row must have every field"
+    jobs = parse(line)
+    job = next(iter(jobs.values()))
+    figures = {**job.figures(), "job_id": job.job_id}
+    assert {key: figures[key] for key in expected} == expected
+
+
+def test_steps_without_a_job_row_are_kept_and_raise_nothing():
+    step = "18.batch|18.batch|batch|COMPLETED|0:0|2026-01-01T00:00:00|00:05:00||00:04:00|2||1|1|500M|cpu=2,mem=1G|" \
+           "cpu=00:04:00,mem=500M|mem=500M"
+    job = parse(step, ["18"])["18"]
+    # no allocation row: nothing is known of what was asked for, so no efficiency is claimed
+    assert job.state == "MISSING" and job.cpu_eff is None and job.mem_eff is None
+    assert job.step_ids == ["18.batch"] and job.total_cpu_s == 240

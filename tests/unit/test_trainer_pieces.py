@@ -10,6 +10,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from airetrain import records
+from airetrain.checkpoint.background import WritePath
 from airetrain.checkpoint.policy import Position
 from airetrain.train.parallel.process_group import Dist
 from airetrain.train.evaluate import evaluate
@@ -112,7 +113,8 @@ def test_gpt_flops_match_the_analytic_count():
 def test_train_record_is_a_complete_train_json_with_per_step_figures(process_group):
     progress = SimpleNamespace(steps=4, wait_s=1.0, step_s=4.0, loss=0.5, warmup_steps=1, warmup_s=2.0)
     figures = gathered_figures(D, progress, {"gpu_util_mean": None, "gpu_mem_peak_bytes": None})
-    checkpoints = SimpleNamespace(stalls=[0.1, 0.3], latest={"path": "/x/step-00000010.pt"})
+    checkpoints = SimpleNamespace(stalls=[0.1, 0.3], latest={"path": "/x/step-00000010.pt"},
+                                  path=WritePath("synchronous", "auto: the ranks keep all 2 cores busy"))
     session = Session(PLAN, D, SimpleNamespace(meta={"shape": [3], "classes": 2}), Parallel(linear(), PLAN, D.device),
                       BUILT_IN, None, None, None, probe=None, flops_per_micro=1000, position=Position(10, 0, 10))
     record = train_record(session, progress, checkpoints, Finish(
@@ -125,6 +127,7 @@ def test_train_record_is_a_complete_train_json_with_per_step_figures(process_gro
     assert record["data_wait_frac"] == 0.25 and record["flops_per_step"] == 2000
     assert record["mfu"] is None and record["achieved_tflops"] == round(2000 * 4 / 8.0 / 1e12, 3)
     assert record["checkpoint_saves"] == 2 and record["checkpoint_stall_s_mean"] == 0.2
+    assert record["checkpoint_writer"] == "synchronous" and "busy" in record["checkpoint_writer_reason"]
     # the steady state: the 3 steps after the 1-step warm-up, in the 6 s after its 2 s
     assert (record["warmup_steps"], record["steady_steps"], record["steady_s"]) == (1, 3, 6.0)
     assert record["steady_samples_per_s"] == 3 * 8 / 6.0 and record["steady_mfu"] is None

@@ -5,12 +5,13 @@ import multiprocessing
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from airetrain.checkpoint import store, writer
+from airetrain.checkpoint import background, store, writer
 from airetrain.checkpoint.manager import Checkpointer
 from airetrain.plan.planner import plan_all
 from airetrain.records import Plan
@@ -103,17 +104,40 @@ def test_short_shared_memory_falls_back_to_a_thread(process_group, tmp_path, mon
     assert ckpt.latest["verified"]
 
 
-def test_auto_writes_cpu_runs_in_a_thread(process_group, tmp_path):
+def with_writer(plan: Plan, writer_kind: str) -> Plan:
+    return plan.replace(config=plan.config.replace(checkpoint=plan.config.checkpoint.replace(writer=writer_kind)))
+
+
+def test_the_thread_writes_into_buffers_kept_from_save_to_save(process_group, tmp_path):
     ckpt, plan = checkpointer(tmp_path)
     ckpt._writer.close()
-    plan = plan.replace(config=plan.config.replace(checkpoint=plan.config.checkpoint.replace(writer="auto")))
-    auto = Checkpointer(Dist(0, 0, 1, CPU), ckpt.par, ckpt.optimizer, plan, tmp_path / "fast", False)
-    assert auto._writer is None   # on CPU the thread costs less in all (benchmarks/checkpoint.py)
-    auto.save(trainer(1, plan))
-    assert auto._thread is not None
-    first = {path: t.data_ptr() for path, t in auto._buffers.items()}
-    auto.save(trainer(2, plan))   # into the same buffers: a state-sized allocation per save faults every page
-    assert {path: t.data_ptr() for path, t in auto._buffers.items()} == first and ("model", "weight") in first
-    latest = auto.finish()
+    plan = with_writer(plan, "thread")
+    threaded = Checkpointer(Dist(0, 0, 1, CPU), ckpt.par, ckpt.optimizer, plan, tmp_path / "fast", False)
+    assert threaded._writer is None and threaded.path.kind == "thread"
+    threaded.save(trainer(1, plan))
+    assert threaded._thread is not None
+    first = {path: t.data_ptr() for path, t in threaded._buffers.items()}
+    threaded.save(trainer(2, plan))   # into the same buffers: a state-sized allocation per save faults every page
+    assert {path: t.data_ptr() for path, t in threaded._buffers.items()} == first and ("model", "weight") in first
+    latest = threaded.finish()
     assert latest["step"] == 2 and store.verify(latest["path"], latest)["model"]["weight"].equal(
         ckpt.par.model.weight)
+
+
+def test_auto_writes_in_the_loop_where_the_ranks_keep_every_core_busy(process_group, tmp_path, monkeypatch):
+    ckpt, plan = checkpointer(tmp_path)
+    ckpt._writer.close()
+    plan = with_writer(plan, "auto")
+    monkeypatch.setattr(background, "cores_here", lambda: plan.cpus_per_rank)   # one rank, its cores: all
+    auto = Checkpointer(Dist(0, 0, 1, CPU), ckpt.par, ckpt.optimizer, plan, tmp_path / "fast", False)
+    assert auto.path.kind == "synchronous" and "busy" in auto.path.reason and auto._writer is None
+    auto.save(trainer(1, plan))
+    # written, verified and durable before save returned, from the live state (no staging buffers)
+    assert auto._thread is None and not auto._buffers
+    assert auto.latest["step"] == 1 and auto.latest["verified"] and Path(auto.latest["path"]).is_relative_to(
+        plan.checkpoints_dir)
+    assert auto.stalls[0] > 0 and auto.finish()["step"] == 1
+    monkeypatch.setattr(background, "cores_here", lambda: plan.cpus_per_rank + 1)   # a core to spare
+    spare = Checkpointer(Dist(0, 0, 1, CPU), ckpt.par, ckpt.optimizer, plan, tmp_path / "fast", False)
+    assert spare.path.kind == "process" and spare._writer is not None and "1 of" in spare.path.reason
+    spare.finish()

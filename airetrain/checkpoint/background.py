@@ -1,0 +1,58 @@
+"""Where a checkpoint's writing happens: in the background (a writer process, a thread, DCP's
+async_save) or in the training loop itself, and why (train.json records both).
+
+A background save costs training only its stall, as long as its CPU work (serialize, hash, copy
+to scratch, hash the copy) runs on a core the training does not use. Where the ranks keep every
+core busy, as CPU training does, that work comes out of the training steps instead, and costs
+more in all than writing synchronously (benchmarks/checkpoint.py measures both shapes). So
+`checkpoint.writer: auto` writes in the background only where a core is free: always on GPUs,
+where each rank drives its GPU from a core or two.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+PROCESS, THREAD, DCP_ASYNC, SYNCHRONOUS = "process", "thread", "dcp_async", "synchronous"
+
+
+@dataclass(frozen=True)
+class WritePath:
+    kind: str     # process | thread | dcp_async | synchronous
+    reason: str
+
+    @property
+    def background(self) -> bool:
+        return self.kind != SYNCHRONOUS
+
+
+def cores_here() -> int:
+    """The cores this process may run on: its affinity (a SLURM job's cgroup), and at most what
+    SLURM allocated on this node where it says so (a cluster without CPU binding)."""
+    cores = len(os.sched_getaffinity(0))
+    allocated = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    return min(cores, int(allocated)) if allocated.isdigit() and int(allocated) > 0 else cores
+
+
+def cores_busy(ranks_on_node: int, cpus_per_rank: int, workers: int | None) -> int:
+    """The cores the ranks of one node keep busy: each rank's threads, or its loader's workers and
+    itself where those are more (workers unset: cpus_per_rank - 1 of them, train/loader.py)."""
+    per_rank = cpus_per_rank if workers is None else max(cpus_per_rank, workers + 1)
+    return ranks_on_node * per_rank
+
+
+def choose(writer: str, async_: bool, sharded: bool, on_gpu: bool, busy: int, cores: int) -> WritePath:
+    """checkpoint.writer and checkpoint.async, resolved for this machine: busy of cores in use."""
+    if not async_:
+        return WritePath(SYNCHRONOUS, "checkpoint.async is false")
+    if writer != "auto":
+        kind = DCP_ASYNC if sharded else writer
+        return WritePath(kind, f"checkpoint.writer is {writer}" + (" (FSDP saves with DCP's async_save)"
+                                                                   if sharded else ""))
+    background = DCP_ASYNC if sharded else PROCESS
+    if on_gpu:
+        return WritePath(background, "auto: on GPUs the training leaves cores free for the writing")
+    if busy >= cores:
+        return WritePath(SYNCHRONOUS, f"auto: the ranks keep all {cores} cores busy ({busy} in use), so "
+                                      "background writing would slow the training steps more than it saves")
+    return WritePath(background, f"auto: {cores - busy} of {cores} cores free for the writing")
