@@ -23,10 +23,14 @@ def _load_config(configfiles: list[str], right_size: bool = False) -> dict:
 
 
 def resolve_plan(plan):
-    """The plan as plan.json holds it: strategy: auto decided from the memory estimate, which the torch
-    side makes (building the run's model on the meta device) where the decision needs it."""
+    """The plan as plan.json holds it: the user's code tried once (train/preflight.py: it fails here,
+    not after the wait in the queue), and strategy: auto decided from the memory estimate, which the
+    torch side makes (building the run's model on the meta device) where the decision needs it."""
     from .plan.strategy import decide, needs_estimate
 
+    from .train.preflight import check, needs_check
+    if needs_check(plan):
+        check(plan)
     memory = None
     if needs_estimate(plan):
         from .train.estimate import for_plan

@@ -13,7 +13,25 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from ..catalog import DATASETS
+from ..layouts import image_folder_classes
 from ..run_config import Data
+
+
+def dataset_meta(data: Data, dataset_path: str | Path | None) -> dict | None:
+    """The dataset's shape/classes (or vocab/seq_len) without loading it; None when unknown."""
+    built_in = DATASETS.get(data.name)
+    if built_in is not None and built_in.meta is not None:
+        return built_in.meta
+    if data.name == "image_folder":
+        classes = image_folder_classes(dataset_path) if dataset_path else None
+        return {"shape": list(data.shape), "classes": len(classes)} if classes else None
+    if data.name == "synthetic":
+        if data.vocab:
+            return {"vocab": data.vocab, "seq_len": data.seq_len, "classes": data.vocab}
+        return {"shape": list(data.shape), "classes": data.classes}
+    meta = Path(dataset_path or "") / "meta.json"
+    return json.loads(meta.read_text()) if dataset_path and meta.is_file() else None
 
 
 class NpyShards(Dataset):

@@ -14,34 +14,17 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from ..catalog import DATASETS
-from ..layouts import image_folder_classes
 from ..records import Plan
-from ..run_config import Data, Model, RunConfig
+from ..run_config import Model, RunConfig
 from .batches import to_device
-from .datasets import build_datasets
+from .datasets import build_datasets, dataset_meta
 from .models import build_model
 from .objective import Objective
 from .parallel.fsdp_units import find_units
+from .preflight import failed, meta_device_limit, named_code
 
 GB = 1e9
 OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8, "sgd": 4}  # fp32 moments (Adam: 2, SGD momentum: 1)
-
-
-def dataset_meta(data: Data, dataset_path: str | Path | None) -> dict | None:
-    """The dataset's shape/classes (or vocab/seq_len) without loading it; None when unknown."""
-    built_in = DATASETS.get(data.name)
-    if built_in is not None and built_in.meta is not None:
-        return built_in.meta
-    if data.name == "image_folder":
-        classes = image_folder_classes(dataset_path) if dataset_path else None
-        return {"shape": list(data.shape), "classes": len(classes)} if classes else None
-    if data.name == "synthetic":
-        if data.vocab:
-            return {"vocab": data.vocab, "seq_len": data.seq_len, "classes": data.vocab}
-        return {"shape": list(data.shape), "classes": data.classes}
-    meta = Path(dataset_path or "") / "meta.json"
-    return json.loads(meta.read_text()) if dataset_path and meta.is_file() else None
 
 
 def _measure(model, step, model_cfg: Model) -> tuple[int, int, int]:
@@ -86,7 +69,7 @@ def _probe_user_batch(run_json: str, dataset_path: str | None, per_device: int) 
 
 
 def estimate(run: RunConfig, meta: dict | None, world: int, per_device: int,
-             dataset_path: str | Path | None = None) -> dict:
+             dataset_path: str | Path | None = None, run_name: str | None = None) -> dict:
     budget = run.memory_budget_gb
     if meta is None and not run.data.user:
         return {"decision": "ddp", "reason": "dataset shape unknown before staging: no estimate, DDP"}
@@ -97,8 +80,14 @@ def estimate(run: RunConfig, meta: dict | None, world: int, per_device: int,
         else:
             params, activations, blocks = _probe(json.dumps(run.model.to_dict(), sort_keys=True),
                                                  json.dumps(meta, sort_keys=True), per_device)
-    except Exception as e:  # a user model that does not build on the meta device
-        return {"decision": "ddp", "reason": f"could not estimate ({type(e).__name__}: {e}); DDP"}
+    except Exception as e:
+        if not meta_device_limit(e):   # the user's code failed: that fails the plan, never falls back
+            code = named_code(run)
+            key = next((k for k in ("train.forward", "train.loss", "model.name") if k in code), "model.name")
+            raise failed(run_name or "<run>", key, code.get(key, run.model.name), e,
+                         "raised in the memory estimate's forward pass on the meta device") from None
+        return {"decision": "ddp", "reason": f"could not estimate ({type(e).__name__}: {e}): the meta device's "
+                                             "limit, not an error of the code; DDP"}
     if run.precision != "fp32":
         activations //= 2  # autocast keeps most saved activations in 16 bits
     state = params * (4 + 4 + OPTIMIZER_BYTES_PER_PARAM[run.optim.name])  # weights, grads, optimizer
@@ -123,4 +112,4 @@ def estimate(run: RunConfig, meta: dict | None, world: int, per_device: int,
 def for_plan(plan: Plan) -> dict:
     """The estimate of a planned run, at its world size and per-device batch."""
     return estimate(plan.config, dataset_meta(plan.config.data, plan.dataset), plan.world_size,
-                    plan.batch.per_device, plan.dataset)
+                    plan.batch.per_device, plan.dataset, plan.run)

@@ -169,6 +169,28 @@ def test_a_model_that_crashes_while_planning_is_a_failed_plan_job_with_a_log(tmp
     assert not (tmp_path / "results/r/plan.json").exists()
 
 
+def test_user_code_that_raises_fails_its_runs_plan_and_the_other_runs_go_on(tmp_path):
+    """A model module that raises on import, in a GPU run with strategy: auto, as a new user's would:
+    its plan job fails with the key and the error in its log, so nothing of it would be submitted;
+    a run of built-in parts beside it is planned (the aire profile keeps going, as --keep-going)."""
+    (tmp_path / "code" / "brokenlab").mkdir(parents=True)
+    (tmp_path / "code" / "brokenlab" / "__init__.py").write_text("")
+    (tmp_path / "code" / "brokenlab" / "models.py").write_text(
+        "import torch\nWEIGHTS = torch.load('/nonexistent/weights.pt', weights_only=True)\n"
+        "def build(meta, cfg): ...\n")
+    cfg = write_config(tmp_path / "config.yaml", {"roots": {"scratch": str(tmp_path / "scratch")}, "runs": {
+        "broken": {"gpus": 3, "strategy": "auto", "model": {"name": "brokenlab.models:build"},
+                   "data": {"name": "synthetic"}, "batch": {"global": 96, "per_device": 32}},
+        "fine": {"processes": 2, "data": {"name": "synthetic"}}}})
+    proc = snakemake(tmp_path, cfg, "--cores", "1", "--keep-going", "results/broken/plan.json",
+                     "results/fine/plan.json", check=False, env={"PYTHONPATH": str(tmp_path / "code")})
+    log = (tmp_path / "logs/broken/plan.log").read_text()
+    assert proc.returncode == 1 and "Error in rule plan" in proc.stdout + proc.stderr
+    assert "runs.broken.model.name: brokenlab.models:build does not import at plan time: FileNotFoundError" in log
+    assert "Traceback" in log and not (tmp_path / "results/broken/plan.json").exists()
+    assert (tmp_path / "results/fine/plan.json").exists()
+
+
 @pytest.mark.e2e
 def test_the_documented_unet_config_reaches_its_stated_dice(tmp_path):
     """config/unet-cpu.yaml, as the README gives it, with the scratch root here."""

@@ -65,28 +65,57 @@ def reference(tmp_path_factory):
     return final_state(out, tmp)
 
 
-def killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps: int, reference_cfg=None, env=None) -> dict:
+def rot_one_file(durable: Path) -> tuple[dict, Path]:
+    """Change a byte of the newest durable checkpoint (for DCP, of one shard file), as a disk that
+    rots after verification would: (its manifest entry, the changed file)."""
+    entry = store.entries(durable)[-1]
+    path = durable / entry["file"]
+    if path.is_dir():
+        path = path / next(name for name in sorted(entry["files"]) if name.endswith(".distcp"))
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="sha256 does not match"):   # the rot is real
+        store.verify(durable / entry["file"], entry)
+    return entry, path
+
+
+def killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps: int, reference_cfg=None, env=None,
+                                            rot=False) -> dict:
     """Train cfg (or reference_cfg) uninterrupted; train cfg again, SIGKILL everything after a
     checkpoint at step 12 or later, resume; the final model and optimizer must be identical.
+    With rot, the newest durable checkpoint also rots before the resume and the fast root's copies
+    are gone (as after the job's end): the resume must name it and go on from the one before.
     Returns the resumed train.json."""
     ref_out, _ = launch_training(tmp_path / "ref", reference_cfg or cfg, env=env)
     out, cmd = prepare_training(tmp_path / "cut", cfg)
     proc = start(cmd, tmp_path / "cut.log", env=env)
-    wait_for(lambda: newest_step(durable_dir(tmp_path / "cut")) >= 12, what="a checkpoint at step 12")
+    at_least = 15 if rot else 12   # with rot, the one before the newest is still past step 12
+    wait_for(lambda: newest_step(durable_dir(tmp_path / "cut")) >= at_least, what=f"a checkpoint at step {at_least}")
     kill_all(proc)
     assert not (out / "train.json").exists()
-    run(cmd, env=env)
+    if rot:
+        shutil.rmtree(tmp_path / "cut" / "fast" / "airetrain" / "t" / "checkpoints")
+        durable = durable_dir(tmp_path / "cut")
+        rotten, changed = rot_one_file(durable)
+        previous = [e["step"] for e in store.entries(durable)][-2]
+    resumed = run(cmd, env=env)
     summary = read_json(out / "train.json")
     assert 12 <= summary["resumed_from_step"] < summary["steps"] == steps
+    if rot:
+        assert f"skipping checkpoint: {changed}: sha256 does not match" in resumed.stdout, resumed.stdout
+        assert summary["resumed_from_step"] == previous < rotten["step"]
     assert summary["checkpoint"]["kind"] == ("dcp" if cfg.get("strategy") == "fsdp" else "file")
     assert_identical(final_state(out, tmp_path), final_state(ref_out, tmp_path))
     return summary
 
 
-def test_fsdp_resumes_after_a_kill_bit_exactly(tmp_path):
-    """DDP's resumes are the kill -9 test's below; FSDP's sharded checkpoints (DCP) here."""
+def test_fsdp_resumes_after_a_kill_and_a_rotten_shard_bit_exactly(tmp_path):
+    """DDP's resumes are the kill -9 test's below; FSDP's sharded checkpoints (DCP) here, the newest
+    with one shard file rotten, so that the resume goes on from the one before."""
     killed_and_resumed_equals_uninterrupted(
-        tmp_path, {**LONG, "strategy": "fsdp", "train": {"epochs": 5, "log_every_steps": 10}}, steps=5 * 22)
+        tmp_path, {**LONG, "strategy": "fsdp", "train": {"epochs": 5, "log_every_steps": 10}}, steps=5 * 22,
+        rot=True)
 
 
 def curves_continue_across_the_resumes(logdir, steps: int, sessions: int) -> None:
@@ -232,7 +261,11 @@ def test_a_checkpoint_only_on_the_fast_root_is_promoted_when_the_run_resumes_fro
 
 
 def test_truncated_and_bit_flipped_checkpoints_are_skipped(tmp_path):
+    """The newest durable checkpoint truncated and the one before it with one bit flipped, after they
+    were verified, their fast-root copies gone: the resume names each, goes on from the one before,
+    and ends bit-identical to an uninterrupted run."""
     cfg = {**LONG, "train": {"epochs": 1, "log_every_steps": 10}, "checkpoint": {"every_steps": 5, "keep": 3}}
+    ref_out, _ = launch_training(tmp_path / "ref", {**cfg, "train": {"epochs": 2, "log_every_steps": 10}})
     out, _ = launch_training(tmp_path, cfg)
     durable = durable_dir(tmp_path)
     fingerprint = store.fingerprint(planned(out).config)
@@ -253,8 +286,10 @@ def test_truncated_and_bit_flipped_checkpoints_are_skipped(tmp_path):
     shutil.rmtree(tmp_path / "fast" / "airetrain" / "t" / "checkpoints")
     (out / "train.json").unlink()
     _, proc = launch_training(tmp_path, {**cfg, "train": {"epochs": 2, "log_every_steps": 10}})
-    assert "skipping checkpoint" in proc.stdout and "sha256 does not match" in proc.stdout
+    for rotten in (newest, middle):
+        assert f"skipping checkpoint: {rotten}: sha256 does not match" in proc.stdout, proc.stdout
     assert read_json(out / "train.json")["resumed_from_step"] == 15
+    assert_identical(final_state(out, tmp_path), final_state(ref_out, tmp_path / "ref"))
 
 
 def signal_all(proc: subprocess.Popen, signum: int) -> None:

@@ -137,3 +137,20 @@ def test_a_retrained_run_keeps_its_new_checkpoints_beside_another_configs(tmp_pa
     files = sorted(e["file"] for e in store.entries(tmp_path))
     assert files == ["step-00000044.pt", "step-00000066.pt", "step-00000198.pt", "step-00000220.pt"]
     assert not (tmp_path / "step-00000022.pt").exists() and (tmp_path / "step-00000198.pt").exists()
+
+
+def test_keep_never_prunes_the_last_verified_checkpoint_for_one_that_fails_verification(tmp_path, fast_elsewhere):
+    """keep: 1, and the next checkpoint's copy does not verify: the one durable checkpoint stays,
+    listed and whole, and the failed one leaves nothing under its name."""
+    durable = tmp_path / "scratch"
+    good = make_checkpoint(tmp_path / "fast", step=10)
+    promote(good, durable, keep=1)
+    bad = make_checkpoint(tmp_path / "fast", step=20)
+    with open(bad["path"], "r+b") as f:   # the bytes change after they were hashed
+        f.seek(2000)
+        f.write(b"\x00\xff")
+    with pytest.raises((OSError, CheckpointError), match="sha256"):
+        promote(bad, durable, keep=1, full_check=False)
+    assert [e["step"] for e in store.entries(durable)] == [10]
+    assert sorted(p.name for p in durable.iterdir()) == [store.MANIFEST, store.file_name(10)]
+    store.verify(durable / store.file_name(10), good)
