@@ -25,3 +25,20 @@ AIRE_GPU_NODE = {
 def gpu_facts(device_name: str) -> dict | None:
     """The facts of the GPU a CUDA device name names ('NVIDIA L40S' -> L40S's), or None."""
     return next((facts for key, facts in GPUS.items() if key in device_name), None)
+
+
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")   # x86 instructions that compute in bf16
+
+
+def cpu_bf16_native(cpuinfo: str | None = None) -> bool | None:
+    """Whether this CPU computes bf16 natively (None where it cannot be told: not Linux x86).
+    Without those instructions bf16 autocast on the CPU is emulated, several times slower than
+    fp32 (benchmarks/README.md)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return None
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), None)
+    return None if flags is None else any(flag in flags for flag in NATIVE_BF16_FLAGS)

@@ -182,7 +182,7 @@ class TrainRecord(TypedDict):
     environment: Doc[dict, "the environment variables the plan set, as the trainer saw them"]
     checkpoint: Doc[dict, "the final checkpoint: path, kind (file or dcp), size, sha256(s), step"]
     checkpoint_saves: Doc[int, "checkpoints saved this session"]
-    checkpoint_writer: Doc[str, "where saves were written: process, thread, dcp_async (background) or synchronous"]
+    checkpoint_writer: Doc[str, "where saves were written: process, thread, dcp_async, synchronous, or script"]
     checkpoint_writer_reason: Doc[str, "why: checkpoint.writer or .async, or what auto found (free cores, a GPU)"]
     checkpoint_stall_s_mean: Doc[Optional[float], "seconds training waited per save"]
     checkpoint_final_wait_s: Doc[float, "the last save's background tail, outside train_seconds"]

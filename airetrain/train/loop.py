@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from .. import run_log
+from ..hardware import NATIVE_BF16_FLAGS, cpu_bf16_native
 from ..checkpoint.manager import Checkpointer
 from ..records import STOPPED, Plan, StageRecord, StopRecord, TrainRecord, read_record, write_record
 from . import efficiency, session as sessions, summary, watchdog
@@ -99,6 +100,10 @@ def start_process(plan: Plan) -> distributed.Dist:
     logging.basicConfig(level=logging.INFO if d.is_main else logging.WARNING, stream=sys.stdout,
                         format=f"[rank {d.rank}] %(message)s")
     torch.set_num_threads(plan.cpus_per_rank)
+    if d.is_main and plan.device == "cpu" and plan.precision == "bf16" and cpu_bf16_native() is False:
+        log.warning("precision bf16 on a CPU without native bf16 (no %s): autocast emulates it, several times "
+                    "slower than fp32 here; precision: fp32 trains faster on this machine",
+                    " or ".join(NATIVE_BF16_FLAGS))
     if plan.config.train.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)   # a warning names any op that cannot be
         torch.backends.cudnn.benchmark = False

@@ -31,11 +31,13 @@ from script_mode import WITH_JOB  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
-TRAINING = {"processes": 2, "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
+# fp32: bf16 on a CPU without native bf16 (AVX2 only) is several times slower, and the sessions
+# here must make progress within a short job
+TRAINING = {"processes": 2, "precision": "fp32", "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
             "train": {"epochs": 5, "log_every_steps": 100}, "checkpoint": {"every_steps": 10}}
 STEPS = 5 * (1437 // 64)
 PACED = {"name": "ownlab.lab:paced", "dropout": 0.2}   # ref's small_cnn, a second per step while held
-SCRIPT_STEPS = 60
+SCRIPT_STEPS = 150
 
 
 def durable(work, run_name):
@@ -61,16 +63,17 @@ def interrupted(slurm_cluster, tmp_path_factory):
         "roots": {"scratch": str(work / "scratch")},
         "defaults": TRAINING,
         "runs": {
-            # a 3-minute job that stops 2.5 minutes before its end, 30 s after it starts, held at a second
-            # a step until then: its first session cannot finish; the second, no longer held, can
-            "stop": {"model": PACED, "time_min": {"stage": 1, "train": 1, "promote": 1},
-                     "checkpoint": {"every_steps": 10, "stop_margin_min": 2.5}},
+            # a 4-minute job that stops 2.5 minutes before its end, 90 s after it starts, held at a second
+            # a step until then: its first session cannot finish; a later one, no longer held, can (on a
+            # slow machine after more than one: max_requeues leaves room for it)
+            "stop": {"model": PACED, "time_min": {"stage": 1, "train": 2, "promote": 1},
+                     "checkpoint": {"every_steps": 10, "stop_margin_min": 2.5, "max_requeues": 20}},
             "ref": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
             "victim": {"model": PACED, "time_min": {"stage": 2, "train": 10, "promote": 2}},
-            # a second a step while held (60 s, longer than the session's 30 s): the same 3-minute job and
+            # a second a step while held (150 s, longer than the session's 90 s): the same 4-minute job and
             # margin stop it part-way
-            "script-stop": {"data": {"name": "synthetic"}, "time_min": {"stage": 1, "train": 1, "promote": 1},
-                            "checkpoint": {"stop_margin_min": 2.5},
+            "script-stop": {"data": {"name": "synthetic"}, "time_min": {"stage": 1, "train": 2, "promote": 1},
+                            "checkpoint": {"stop_margin_min": 2.5, "max_requeues": 20},
                             "train": {"script": str(work / "train.py"),
                                       "args": ["--steps", str(SCRIPT_STEPS), "--step-seconds", "1"]}},
         },

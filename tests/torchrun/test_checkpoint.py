@@ -88,7 +88,7 @@ def killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps: int, reference
     are gone (as after the job's end): the resume must name it and go on from the one before.
     Returns the resumed train.json."""
     ref_out, _ = launch_training(tmp_path / "ref", reference_cfg or cfg, env=env)
-    out, cmd = prepare_training(tmp_path / "cut", cfg)
+    out, cmd = prepare_training(tmp_path / "cut", cfg, env=env)
     proc = start(cmd, tmp_path / "cut.log", env=env)
     at_least = 15 if rot else 12   # with rot, the one before the newest is still past step 12
     wait_for(lambda: newest_step(durable_dir(tmp_path / "cut")) >= at_least, what=f"a checkpoint at step {at_least}")

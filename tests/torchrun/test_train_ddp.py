@@ -114,3 +114,15 @@ def test_a_longer_rerun_resumes_from_the_checkpoint(tmp_path, strategy):
     if strategy == "ddp":   # the checkpoint's fingerprint, the same for both
         changed, proc = launch_training(tmp_path, {**cfg, "optim": {"lr": 0.001}})
         assert read_json(changed / "train.json")["resumed_from_step"] == 0   # another config never resumes
+
+
+def test_bf16_on_a_cpu_without_native_bf16_says_fp32_is_faster_here(ddp_run):
+    """The run above has the default precision, bf16. This machine's flags decide whether the warning
+    is due: on a CPU with avx512_bf16 or amx_bf16 it must not appear, on one without it must."""
+    from airetrain.hardware import cpu_bf16_native
+
+    _, out, proc = ddp_run
+    assert read_json(out / "train.json")["precision"] == "bf16"
+    warned = "autocast emulates it, several times slower than fp32 here" in proc.stdout
+    assert warned == (cpu_bf16_native() is False), proc.stdout[-2000:]
+    assert proc.stdout.count("autocast emulates it") <= 1   # rank 0 alone, once

@@ -20,3 +20,11 @@ def test_device_names_find_their_facts():
     assert gpu_facts("NVIDIA L40S")["bf16_tflops"] == 362.0
     assert gpu_facts("NVIDIA H200")["memory_gb"] == 141
     assert gpu_facts("Some Other GPU") is None
+
+
+def test_native_bf16_is_told_from_the_cpus_flags():
+    from airetrain.hardware import cpu_bf16_native
+
+    assert cpu_bf16_native("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n") is False   # AVX2 only: emulated
+    assert cpu_bf16_native("flags\t\t: avx2 avx512f avx512_bf16 amx_tile\n") is True
+    assert cpu_bf16_native("Processor\t: ARMv8\n") is None   # no x86 flags line: not known

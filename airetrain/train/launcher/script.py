@@ -97,6 +97,8 @@ def script_train_record(plan: Plan, metrics: list[dict], seconds: float, files: 
         steps_this_session=None, epochs=plan.config.train.epochs, resumed_from_step=None,
         train_seconds=round(seconds, 3), samples_per_s=last.get("samples_per_s"),
         memory_estimate=None, activation_checkpointing=False, parallel_units={}, final_loss=last.get("loss"),
+        checkpoint_writer="script", checkpoint_writer_reason="the script writes its own checkpoints; the launcher "
+                                                            "mirrors them to scratch",
         eval_metrics={}, slurm_job_id=os.environ.get("SLURM_JOB_ID"), hostnames=[], launch_host=socket.gethostname(),
         torch_version=None, environment={k: os.environ.get(k) for k in plan.env}, checkpoint=checkpoint,
         checkpoint_saves=len(files), checkpoint_final_wait_s=0.0)
