@@ -96,6 +96,7 @@ def main() -> None:
     fast = Path(args.fast_dir) if args.fast_dir else tmp / "fast"
     config = {"roots": {"scratch": str(tmp / "scratch"), "tmp_shared": str(fast)},
               "runs": {"bench": {"strategy": args.strategy, "precision": "fp32", "gpus": int(device.type == "cuda"),
+                                 "processes": 1,
                                  "cpus_per_rank": threads,
                                  "checkpoint": {"keep": 2, "every_steps": 1,
                                                 "writer": "auto" if args.writer == "synchronous" else args.writer,

@@ -1,12 +1,13 @@
 """Where a checkpoint's writing happens: in the background (a writer process, a thread, DCP's
 async_save) or in the training loop itself, and why (train.json records both).
 
-A background save costs training only its stall, as long as its CPU work (serialize, hash, copy
-to scratch, hash the copy) runs on a core the training does not use. Where the ranks keep every
-core busy, as CPU training does, that work comes out of the training steps instead, and costs
-more in all than writing synchronously (benchmarks/checkpoint.py measures both shapes). So
-`checkpoint.writer: auto` writes in the background only where a core is free: always on GPUs,
-where each rank drives its GPU from a core or two.
+A background save costs training its stall, plus whatever its CPU work (serialize, hash, copy to
+scratch, hash the copy) takes from the training steps. Where a core is free (always on GPUs, where
+each rank drives its GPU from a core or two), the writer process does that work on it at nice 19,
+out of the training's way. Where the ranks keep every core busy, as CPU training does, the writer
+process gets no core and the next save waits for it; a thread of the trainer costs least in all
+there, less than writing in the loop, which adds the hash to the save's time
+(benchmarks/checkpoint.py measures each shape; the figures are in benchmarks/README.md).
 """
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ def choose(writer: str, async_: bool, sharded: bool, on_gpu: bool, busy: int, co
     if on_gpu:
         return WritePath(background, "auto: on GPUs the training leaves cores free for the writing")
     if busy >= cores:
-        return WritePath(SYNCHRONOUS, f"auto: the ranks keep all {cores} cores busy ({busy} in use), so "
-                                      "background writing would slow the training steps more than it saves")
+        return WritePath(DCP_ASYNC if sharded else THREAD,
+                         f"auto: the ranks keep all {cores} cores busy ({busy} in use): a writer process would get "
+                         "no core, and a thread costs less in all than writing in the loop")
     return WritePath(background, f"auto: {cores - busy} of {cores} cores free for the writing")

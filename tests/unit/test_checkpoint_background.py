@@ -9,8 +9,8 @@ from airetrain.checkpoint.background import choose, cores_busy, cores_here
 @pytest.mark.parametrize("writer,async_,sharded,on_gpu,busy,cores,kind,reason", [
     ("auto", True, False, True, 3, 24, "process", "on GPUs"),
     ("auto", True, True, True, 3, 24, "dcp_async", "on GPUs"),
-    ("auto", True, False, False, 2, 2, "synchronous", "all 2 cores busy"),       # this machine's suite
-    ("auto", True, True, False, 4, 2, "synchronous", "all 2 cores busy"),
+    ("auto", True, False, False, 2, 2, "thread", "all 2 cores busy"),       # this machine's suite
+    ("auto", True, True, False, 4, 2, "dcp_async", "all 2 cores busy"),
     ("auto", True, False, False, 1, 2, "process", "1 of 2 cores free"),
     ("thread", True, False, False, 2, 2, "thread", "checkpoint.writer is thread"),  # asked for: honoured
     ("process", True, True, False, 2, 2, "dcp_async", "FSDP saves with DCP"),

@@ -124,20 +124,31 @@ def test_the_thread_writes_into_buffers_kept_from_save_to_save(process_group, tm
         ckpt.par.model.weight)
 
 
-def test_auto_writes_in_the_loop_where_the_ranks_keep_every_core_busy(process_group, tmp_path, monkeypatch):
+def test_auto_takes_a_thread_on_busy_cores_and_the_process_where_a_core_is_free(process_group, tmp_path,
+                                                                                monkeypatch):
     ckpt, plan = checkpointer(tmp_path)
     ckpt._writer.close()
     plan = with_writer(plan, "auto")
     monkeypatch.setattr(background, "cores_here", lambda: plan.cpus_per_rank)   # one rank, its cores: all
-    auto = Checkpointer(Dist(0, 0, 1, CPU), ckpt.par, ckpt.optimizer, plan, tmp_path / "fast", False)
-    assert auto.path.kind == "synchronous" and "busy" in auto.path.reason and auto._writer is None
-    auto.save(trainer(1, plan))
-    # written, verified and durable before save returned, from the live state (no staging buffers)
-    assert auto._thread is None and not auto._buffers
-    assert auto.latest["step"] == 1 and auto.latest["verified"] and Path(auto.latest["path"]).is_relative_to(
-        plan.checkpoints_dir)
-    assert auto.stalls[0] > 0 and auto.finish()["step"] == 1
+    busy = Checkpointer(Dist(0, 0, 1, CPU), ckpt.par, ckpt.optimizer, plan, tmp_path / "fast", False)
+    assert busy.path.kind == "thread" and "busy" in busy.path.reason and busy._writer is None
+    busy.save(trainer(1, plan))
+    assert busy._thread is not None and busy.finish()["step"] == 1
     monkeypatch.setattr(background, "cores_here", lambda: plan.cpus_per_rank + 1)   # a core to spare
     spare = Checkpointer(Dist(0, 0, 1, CPU), ckpt.par, ckpt.optimizer, plan, tmp_path / "fast", False)
     assert spare.path.kind == "process" and spare._writer is not None and "1 of" in spare.path.reason
     spare.finish()
+
+
+def test_without_async_the_save_is_durable_before_it_returns_from_the_live_state(process_group, tmp_path):
+    ckpt, plan = checkpointer(tmp_path)
+    ckpt._writer.close()
+    plan = plan.replace(config=plan.config.replace(checkpoint=plan.config.checkpoint.replace(async_=False)))
+    sync = Checkpointer(Dist(0, 0, 1, CPU), ckpt.par, ckpt.optimizer, plan, tmp_path / "fast", False)
+    assert sync.path.kind == "synchronous" and sync._writer is None
+    sync.save(trainer(1, plan))
+    # written, verified and durable before save returned, and no staging copy made
+    assert sync._thread is None and not sync._buffers
+    assert sync.latest["step"] == 1 and sync.latest["verified"] and Path(sync.latest["path"]).is_relative_to(
+        plan.checkpoints_dir)
+    assert sync.stalls[0] > 0 and sync.finish()["step"] == 1
