@@ -8,12 +8,12 @@
 
 DDP: rank 0 writes one file. FSDP: torch.distributed.checkpoint writes each rank's shards, with
 async_save on a gloo group of its own (on the default group it hangs while training goes on).
-Where a core is free for it (checkpoint/background.py decides, from checkpoint.writer and the
-machine), training stalls only while the state is copied to CPU memory; the write, the fsyncs, the
-manifest and the copy to scratch run in the background, one save at a time, so the newest
-checkpoint is on scratch before the next one starts: DDP's in a writer process fed through shared
-memory or in a thread, FSDP's in DCP's background thread. Where the ranks keep every core busy,
-the save is written in the loop, from the live state.
+Training stalls only while the state is copied to CPU memory; the write, the fsyncs, the manifest
+and the copy to scratch run in the background, one save at a time, so the newest checkpoint is on
+scratch before the next one starts: DDP's in a writer process fed through shared memory or in a
+thread (checkpoint/background.py decides which, from checkpoint.writer and the machine's free
+cores), FSDP's in DCP's background thread. With checkpoint.async false the save is written in the
+loop, from the live state.
 """
 from __future__ import annotations
 
