@@ -196,9 +196,11 @@ def finished_run(results: Path, scratch: Path, name: str, run_cfg: dict, job_id:
     return plan
 
 
-def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t", env: dict | None = None) -> tuple[Path, list[str]]:
+def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t", env: dict | None = None,
+                     cwd: Path | None = None) -> tuple[Path, list[str]]:
     """plan -> stage, as the rules do, in tmp_path; returns (results dir, the `airetrain launch` command).
-    env: the run's environment; its PYTHONPATH (the user's code) is where the plan step imports from."""
+    env and cwd: the run's environment and working directory; the plan step imports the user's code
+    from them (PYTHONPATH, and the workflow's directory), as the plan rule does."""
     from airetrain.catalog import prepared
     from airetrain.cli import resolve_plan
     from airetrain.fsutil import write_json_atomic
@@ -207,7 +209,7 @@ def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t", env: dict |
     from airetrain.stage.prepare import prepare
     from airetrain.stage.staging import stage_dataset, stage_record
 
-    for path in reversed((env or {}).get("PYTHONPATH", "").split(os.pathsep)):
+    for path in reversed([*(env or {}).get("PYTHONPATH", "").split(os.pathsep), str(cwd or "")]):
         if path and path not in sys.path:
             sys.path.insert(0, path)
     plan = resolve_plan(make_plan(run_cfg, tmp_path, name))
@@ -231,7 +233,7 @@ def launch_training(tmp_path: Path, run_cfg: dict, name: str = "t", dump=None, c
 
     With dump, the ranks run tests/torchrun/dump_params.py: the trainer, then each rank saves its
     final parameters to dump/rank<N>.pt (to check that the replicas agree)."""
-    out, cmd = prepare_training(tmp_path, run_cfg, name, env)
+    out, cmd = prepare_training(tmp_path, run_cfg, name, env, cwd)
     if dump:
         cmd[cmd.index("--script") + 1] = str(DUMP_PARAMS_SCRIPT)
         env = {"AIRETRAIN_TEST_DUMP_DIR": str(dump), **(env or {})}
