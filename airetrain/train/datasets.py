@@ -30,8 +30,7 @@ def dataset_meta(data: Data, dataset_path: str | Path | None) -> dict | None:
         if data.vocab:
             return {"vocab": data.vocab, "seq_len": data.seq_len, "classes": data.vocab}
         return {"shape": list(data.shape), "classes": data.classes}
-    meta = Path(dataset_path or "") / "meta.json"
-    return json.loads(meta.read_text()) if dataset_path and meta.is_file() else None
+    return read_meta(dataset_path) if dataset_path and (Path(dataset_path) / "meta.json").is_file() else None
 
 
 class NpyShards(Dataset):
