@@ -23,12 +23,15 @@ def _load_config(configfiles: list[str], right_size: bool = False) -> dict:
 
 
 def resolve_plan(plan):
-    """The plan as plan.json holds it: the user's code tried once (train/preflight.py: it fails here,
+    """The plan as plan.json holds it: a dataset folder's files counted against the fast root's quota,
+    the user's code tried once (train/preflight.py: it fails here,
     not after the wait in the queue), and strategy: auto decided from the memory estimate, which the
     torch side makes (building the run's model on the meta device) where the decision needs it."""
     from .plan.strategy import decide, needs_estimate
-
+    from .quota import walked
     from .train.preflight import check, needs_check
+
+    plan = walked(plan)   # a dataset folder without an index or files.json: counted here, once
     if needs_check(plan):
         check(plan)
     memory = None

@@ -89,7 +89,8 @@ class Plan:
     roots: Doc[PlanRoots, "the storage roots"]
     dataset: Doc[Optional[Path], "the dataset directory on the durable root, or none (synthetic)"]
     dataset_size: Doc[Optional[dict], "files, bytes and format of what staging copies, from the dataset's shard "
-                                      "index or files.json; none: unknown until the stage step scans it"]
+                                      "index or files.json, or counted by the plan step's walk (from: walk); "
+                                      "none: a dataset the workflow prepares itself"]
     fast_root_quota: Doc[dict, "the fast root's per-job quotas (max_files, max_gb) the dataset is checked against"]
     durable_dir: Doc[Path, "<scratch>/airetrain/<run>: the run's durable directory (checkpoints, logs, history)"]
     checkpoints_dir: Doc[Path, "<scratch>/airetrain/<run>/checkpoints: where the durable checkpoints are kept"]

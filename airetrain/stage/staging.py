@@ -67,8 +67,9 @@ def stage_run(plan_path: str, out: str | Path, this_node: bool = False) -> Stage
     else:
         target = run_dir(fast.path, plan.run) / "data"
         data = plan.config.data
-        # the plan checked the quotas where the dataset's index or manifest gave its size
-        limits = plan.fast_root_quota if plan.dataset_size is None else None
+        # the plan checked the quotas where the dataset's index or manifest gave its size; a count by
+        # a walk is checked again against the scan, as the folder may have grown while the run waited
+        limits = plan.fast_root_quota if (plan.dataset_size or {}).get("from", "walk") == "walk" else None
         copied = stage_dataset(plan.dataset, target, data.format, data.verify_sha256, limits)
         record = stage_record(copied, fast, socket.gethostname())
         print(f"staged {record['files']} files ({record['bytes'] / 1e6:.1f} MB, {record['format']}) to {target} "

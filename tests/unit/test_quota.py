@@ -1,9 +1,14 @@
 """The fast root's quotas: refused or warned about in the plan, before anything is submitted, from the
 dataset's own index or files.json; and the file counts `airetrain doctor` shows."""
+import json
+
 import pytest
 
+from airetrain.cli import resolve_plan
 from airetrain.errors import ConfigError
 from airetrain.plan.planner import plan_all
+from airetrain.quota import count_files
+from airetrain.records import to_dict
 from airetrain.stage.prepare import write_file_list
 from airetrain.stage.pack import pack
 from conftest import BIN, ENV, run
@@ -64,11 +69,50 @@ def test_format_shards_without_an_index_is_refused(tmp_path):
                  env=ENV)
 
 
-def test_a_folder_without_a_manifest_is_left_to_the_stage_step(tmp_path):
+def test_a_folder_without_a_manifest_is_not_walked_at_a_parse_but_refused_by_the_plan_step(tmp_path):
     src = folder(tmp_path / "imgs", 30)
     (src / "files.json").unlink()
-    plan = planned(src, fast_root_max_files=25)   # the plan does not walk the tree
+    plan = planned(src, fast_root_max_files=25)   # a parse of the Snakefile does not walk the tree
     assert plan.dataset_size is None and plan.fast_root_quota == {"max_files": 25, "max_gb": 1000}
+    with pytest.raises(ConfigError) as e:
+        resolve_plan(plan)   # the plan step does, once
+    assert str(e.value) == (f"runs.r.data.path: the dataset {src} (more than 25 files: the count stopped there) "
+                            "would exceed the fast root's file quota of 25 files per job "
+                            f"(site.fast_root_max_files); pack it into shards first: airetrain pack {src} "
+                            f"{src}-shards (then data.path: {src}-shards); nothing of this run was submitted")
+
+
+def test_the_walk_stops_as_soon_as_it_passes_the_quota(tmp_path):
+    src = folder(tmp_path / "imgs", 6000)
+    (src / "files.json").unlink()
+    assert count_files(src, 1000) == (1001, 100_100, False)   # 1,001 entries read, not 6,000
+    assert count_files(src, 6000) == (6000, 600_000, True)
+
+
+def test_the_plan_step_keeps_the_count_of_a_folder_under_the_quota_and_the_stage_step_checks_again(tmp_path):
+    src = folder(tmp_path / "imgs", 30)
+    (src / "files.json").unlink()
+    plan = resolve_plan(planned(src, fast_root_max_files=200))
+    assert plan.dataset_size == {"files": 30, "bytes": 3000, "format": "folder", "from": "walk"}
+    [warning] = plan.warnings   # 15% of the quota: slow to stage file by file
+    assert warning.startswith(f"run r: the dataset {src} (30 files, 0.0 GB) is 15% of the fast root's file quota")
+    from airetrain.stage import staging
+    folder(src, 250)   # the folder grows while the run waits in the queue
+    (src / "files.json").unlink()
+    (tmp_path / "plan.json").write_text(json.dumps(to_dict(plan)))
+    with pytest.raises(staging.StageError, match=r"\(250 files, 0\.0 GB\) would exceed the fast root's file quota"):
+        staging.stage_run(str(tmp_path / "plan.json"), tmp_path / "stage.json")
+
+
+def test_airetrain_resolve_fails_the_plan_job_of_a_folder_over_the_quota(tmp_path):
+    src = folder(tmp_path / "imgs", 30)
+    (src / "files.json").unlink()
+    plan = planned(src, fast_root_max_files=25)
+    out = tmp_path / "plan.json"
+    result = run([str(BIN / "airetrain"), "resolve", "--plan-json", json.dumps(to_dict(plan)), "--out", str(out)],
+                 env=ENV, check=False)
+    assert result.returncode != 0 and not out.exists()
+    assert "more than 25 files: the count stopped there" in result.stderr and "airetrain pack" in result.stderr
 
 
 def fake_tool(bin_dir, name, output):
