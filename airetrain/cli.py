@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .errors import ConfigError
+from .fsutil import NoSpaceError
 
 
 def _load_config(configfiles: list[str], right_size: bool = False) -> dict:
@@ -24,11 +25,11 @@ def _load_config(configfiles: list[str], right_size: bool = False) -> dict:
 
 def resolve_plan(plan):
     """The plan as plan.json holds it: a dataset folder's files counted against the fast root's quota,
-    the user's code tried once (train/preflight.py: it fails here,
+    the durable root's room for its checkpoints checked, the user's code tried once (train/preflight.py: it fails here,
     not after the wait in the queue), and strategy: auto decided from the memory estimate, which the
     torch side makes (building the run's model on the meta device) where the decision needs it."""
     from .plan.strategy import decide, needs_estimate
-    from .quota import walked
+    from .quota import durable_room, walked
     from .train.preflight import check, needs_check
 
     plan = walked(plan)   # a dataset folder without an index or files.json: counted here, once
@@ -38,7 +39,9 @@ def resolve_plan(plan):
     if needs_estimate(plan):
         from .train.estimate import for_plan
         memory = for_plan(plan)
-    return decide(plan, memory)
+    plan = decide(plan, memory)
+    durable_room(plan)   # keep + 1 checkpoints of the size estimated, or of the run's last one
+    return plan
 
 
 def _load_plans(configfiles: list[str], right_size: bool = False) -> dict:
@@ -344,3 +347,6 @@ def main(argv=None) -> None:
     except ConfigError as e:
         print(f"airetrain: {e}", file=sys.stderr)
         sys.exit(2)
+    except NoSpaceError as e:   # a full disk or quota: the message says which, and how much is needed
+        print(f"airetrain: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .quota import quota_rows
+
 # The pins the test suite ran (shared by the Makefile, CI and envs/aire.yaml), in a checkout.
 PINS = Path(__file__).resolve().parents[1] / "envs" / "requirements.txt"
 
@@ -80,24 +82,6 @@ def cuda_lines(build_cuda: str | None, driver: str | None, driver_cuda: str | No
 FULL = 0.9   # Aire counts a filesystem as full at 90 % of its quota, and suspends scheduling
 
 
-def _quota_rows(text: str) -> list[tuple[str, list[str]]]:
-    """(filesystem, its figures) from `lfs quota` or `quota -s`: a header with 'files', then one row per
-    filesystem, whose name may stand alone on a line when it is long."""
-    rows, name = [], None
-    lines = text.splitlines()
-    start = next((i + 1 for i, line in enumerate(lines) if "files" in line.split()), len(lines))
-    for line in lines[start:]:
-        words = line.split()
-        if len(words) == 1:
-            name = words[0]
-        elif words:
-            if name is None or not words[0][0].isdigit():
-                name, words = words[0], words[1:]
-            rows.append((name, words))
-            name = None
-    return rows
-
-
 def _files_figure(words: list[str]) -> str:
     """'123,456 files of 1,500,000 (8 %)' from the columns used quota limit grace files quota limit grace;
     grace columns may be empty, so the files come after the first three (space) figures and a grace."""
@@ -125,11 +109,11 @@ def quota_lines(roots: dict[str, str | None]) -> list[str]:
         for label, path in roots.items():
             if not path:
                 continue
-            rows = _quota_rows(run(["lfs", "quota", "-u", user, "-h", path]))
+            rows = quota_rows(run(["lfs", "quota", "-u", user, "-h", path]))
             lines.append(f"quota {label} ({path}): " + (_files_figure(rows[0][1]) if rows else
                                                         "lfs quota showed nothing (not a Lustre filesystem?)"))
     elif shutil.which("quota"):
-        rows = _quota_rows(run(["quota", "-s", "-w"]))
+        rows = quota_rows(run(["quota", "-s", "-w"]))
         lines += [f"quota {name}: {_files_figure(words)}" for name, words in rows] or \
             ["quota: no quotas are set for you here"]
     else:

@@ -1,13 +1,71 @@
 """Durable file operations: hash, fsync, and write-then-rename so readers never see half a file."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
+from .text import human_bytes
+
 CHUNK = 4 << 20
+FULL = (errno.ENOSPC, errno.EDQUOT)   # no space left; over the quota (scratch, on Lustre)
+
+
+class NoSpaceError(OSError):
+    """A write that did not fit: its message names the filesystem, its free space and the size needed."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def nearest_existing(path: str | Path) -> Path:
+    """path, or its nearest parent that exists (where a directory not made yet will be)."""
+    path = Path(path).absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def mount_point(path: str | Path) -> Path:
+    """The directory path's filesystem is mounted at (the nearest existing parent's, for a new path)."""
+    path = nearest_existing(path)
+    device = os.stat(path).st_dev
+    while path.parent != path and os.stat(path.parent).st_dev == device:
+        path = path.parent
+    return path
+
+
+def causes(error: BaseException):
+    """error and the errors it was raised from or while handling (torch.save's writer turns a failed
+    write into a RuntimeError of its own, with the OSError as its context)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+@contextmanager
+def room_for(target: str | Path, needed: int, root: str):
+    """Writes to target (a file or directory, on the storage root named root) that run out of space
+    or quota (an OSError ENOSPC or EDQUOT, or an error raised from one) raise NoSpaceError, naming
+    the root, its filesystem, the space free and the size needed (read after the failed write's
+    temporary file is removed: what is really free)."""
+    try:
+        yield
+    except Exception as e:
+        full = next((c for c in causes(e) if isinstance(c, OSError) and c.errno in FULL), None)
+        if full is None or isinstance(e, NoSpaceError):
+            raise
+        where = mount_point(target)
+        free = shutil.disk_usage(where).free
+        why = "over its quota" if full.errno == errno.EDQUOT else "full"
+        raise NoSpaceError(full.errno, f"{root} is {why} ({os.strerror(full.errno)}): writing {target} needs about "
+                                       f"{human_bytes(needed)}, and {where} has {human_bytes(free)} free") from e
 
 
 def sha256_file(path: str | Path) -> str:
@@ -41,10 +99,14 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_name(path)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:   # a full disk: no temporary file left behind
+        tmp.unlink(missing_ok=True)
+        raise
     commit(tmp, path)
 
 
@@ -121,10 +183,7 @@ def copy_atomic(src: str | Path, dst: str | Path, expected_sha256: str | None = 
 
 def same_filesystem(path: str | Path, other: str | Path) -> bool:
     """Whether path and other (or other's nearest existing parent) are on one filesystem."""
-    other = Path(other).absolute()
-    while not other.exists():
-        other = other.parent
-    return os.stat(path).st_dev == os.stat(other).st_dev
+    return os.stat(path).st_dev == os.stat(nearest_existing(other)).st_dev
 
 
 def link_atomic(src: str | Path, dst: str | Path) -> bool:

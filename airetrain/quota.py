@@ -10,13 +10,17 @@ after its own scan, before it copies anything, since the folder may change while
 """
 from __future__ import annotations
 
+import getpass
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 from .errors import ConfigError
-from .fsutil import read_json
+from .fsutil import nearest_existing, read_json
 from .layouts import DATASET_FILES
 from .shards import INDEX, MEMBERS, WIDS, shard_index
+from .text import human_bytes
 
 SLOW_SHARE = 0.1   # above this share of the file quota, staging file by file is slow: pack it
 
@@ -73,6 +77,82 @@ def walked(plan):
                           + "; nothing of this run was submitted")
     return plan.replace(dataset_size={"files": files, "bytes": nbytes, "format": "folder", "from": "walk"},
                         warnings=[*plan.warnings, *(f"run {plan.run}: {w}" for w in warnings)])
+
+
+def quota_rows(text: str) -> list[tuple[str, list[str]]]:
+    """(filesystem, its figures) from `lfs quota` or `quota -s`: a header with 'files', then one row per
+    filesystem, whose name may stand alone on a line when it is long."""
+    rows, name = [], None
+    lines = text.splitlines()
+    start = next((i + 1 for i, line in enumerate(lines) if "files" in line.split()), len(lines))
+    for line in lines[start:]:
+        words = line.split()
+        if len(words) == 1:
+            name = words[0]
+        elif words:
+            if name is None or not words[0][0].isdigit():
+                name, words = words[0], words[1:]
+            rows.append((name, words))
+            name = None
+    return rows
+
+
+def lfs_room(path: str | Path) -> int | None:
+    """Bytes left under the user's block quota on a Lustre path (`lfs quota -u $USER path`, whose space
+    columns are kB: used, quota, limit); None without lfs, or where no limit is set."""
+    if not shutil.which("lfs"):
+        return None
+    try:
+        text = subprocess.run(["lfs", "quota", "-u", getpass.getuser(), str(path)], capture_output=True, text=True,
+                              timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    rows = quota_rows(text)
+    words = [w.rstrip("*") for w in rows[0][1][:3]] if rows else []
+    if len(words) < 3 or not all(w.isdigit() for w in words):
+        return None
+    used, limits = int(words[0]), [int(w) for w in words[1:] if int(w)]
+    return max(min(limits) - used, 0) * 1024 if limits else None
+
+
+def checkpoint_bytes(plan) -> tuple[int, str] | None:
+    """(bytes of one of the run's checkpoints, where that figure is from): the run's newest checkpoint
+    on scratch, else the memory estimate's parameters; None where neither is known yet."""
+    manifest = Path(plan.checkpoints_dir) / "manifest.json"
+    try:
+        listed = read_json(manifest)["checkpoints"]
+    except (OSError, ValueError, KeyError):
+        listed = []
+    if listed:
+        return listed[-1]["size"], f"its newest checkpoint on scratch ({listed[-1]['file']})"
+    if (estimate := plan.memory_estimate or {}).get("checkpoint_bytes"):
+        return estimate["checkpoint_bytes"], "the memory estimate's parameters and optimizer state"
+    return None
+
+
+def durable_room(plan) -> None:
+    """Refuse a run whose durable root cannot hold checkpoint.keep checkpoints and the one being
+    written (its free space, and the user's quota there where `lfs quota` tells it), before anything
+    is submitted: a promotion that fails after hours of training loses them."""
+    size = checkpoint_bytes(plan)
+    if size is None:
+        return
+    keep, (each, source) = plan.config.checkpoint.keep, size
+    directory = Path(plan.checkpoints_dir)
+    # the run's own checkpoints there make way for the new ones (keep removes them)
+    present = sum(p.stat().st_size for p in directory.glob("step-*") if p.is_file()) if directory.is_dir() else 0
+    needed = (keep + 1) * each - present
+    free = shutil.disk_usage(nearest_existing(directory)).free
+    quota = lfs_room(nearest_existing(directory))
+    room = free if quota is None else min(free, quota)
+    if room >= needed:
+        return
+    left = f"{human_bytes(free)} free" + ("" if quota is None else
+                                          f", {human_bytes(quota)} left of your quota (lfs quota)")
+    raise ConfigError(f"runs.{plan.run}.checkpoint.keep: {keep}: the durable root {plan.roots.scratch} cannot hold "
+                      f"{keep + 1} checkpoints (keep, and the one being written) of about {human_bytes(each)} "
+                      f"(from {source}): they need {human_bytes(needed)}, and it has {left}; free space there, "
+                      "or lower checkpoint.keep; nothing of this run was submitted")
 
 
 def pack_command(src: str | Path) -> str:

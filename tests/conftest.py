@@ -327,22 +327,47 @@ def slurm_cluster():
                        capture_output=True, timeout=300)
 
 
+def mount_tmpfs(mount: Path, size: str) -> None:
+    """Mount a tmpfs of size (mount's -o size: 1g, 40m) at mount, as root. Without root the test is
+    skipped with the reason (a failure under CI=true): a real filesystem, never a stand-in."""
+    mount.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "airetrain-test", str(mount)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        problem = f"a filesystem of its own needs root to mount a tmpfs: {proc.stderr.strip()}"
+        if os.environ.get("CI"):
+            pytest.fail(problem)
+        pytest.skip(problem)
+
+
+def unmount(mount: Path) -> None:
+    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
 @pytest.fixture(scope="session")
 def second_filesystem(tmp_path_factory):
     """A filesystem of its own for the test session: a small tmpfs mounted for it (as root), unmounted at
     its end. Aire's fast root is another filesystem than scratch, so checkpoints are copied there, not
-    hard-linked: a test of the copy needs this. Without root it is skipped with the reason (a failure
-    under CI=true); never replaced by a link in silence."""
+    hard-linked: a test of the copy needs this."""
     mount = tmp_path_factory.mktemp("second-filesystem")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1g,mode=0755", "airetrain-test", str(mount)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        problem = f"a second filesystem needs root to mount a tmpfs: {proc.stderr.strip()}"
-        if os.environ.get("CI"):
-            pytest.fail(problem)
-        pytest.skip(problem)
+    mount_tmpfs(mount, "1g")
     yield mount
-    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+    unmount(mount)
+
+
+@pytest.fixture
+def small_filesystem():
+    """small_filesystem(path, size): a tmpfs of that size mounted at path for this test (a disk to
+    fill for real: writes there fail with ENOSPC), unmounted after it."""
+    mounted = []
+
+    def mount(path: Path, size: str) -> Path:
+        mount_tmpfs(path, size)
+        mounted.append(path)
+        return path
+    yield mount
+    for path in mounted:
+        unmount(path)
 
 
 @pytest.fixture

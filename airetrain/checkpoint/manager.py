@@ -171,7 +171,7 @@ class Checkpointer:
         """Whether this save goes to the writer process: where shared memory has room for the state
         (a container's /dev/shm may be small; a full one would kill the trainer with SIGBUS)."""
         if self._shared is None and self._writer is not None:
-            need, free = writer.tree_bytes(tree), writer.shm_free_bytes()
+            need, free = store.tree_bytes(tree), writer.shm_free_bytes()
             self._shared = free is not None and free > 1.2 * need
             if not self._shared:
                 log.warning("checkpoints are written by a thread: %s has %s MB free for a %.0f MB state",
@@ -184,8 +184,7 @@ class Checkpointer:
 
     def _save_file(self, state: dict):
         def job():
-            entry = store.write_file(state, self.dir, state["trainer"]["step"], self.fingerprint)
-            self._commit(entry)
+            self._promote(store.save_file(state, self.dir, state["trainer"]["step"], self.fingerprint, self.keep))
         return job
 
     def _save_sharded(self, trainer: dict):
@@ -234,10 +233,20 @@ class Checkpointer:
             try:
                 self.latest = self._writer.wait() or self.latest
             except RuntimeError as e:
-                raise RuntimeError(f"saving a checkpoint failed: {e}") from e
+                raise RuntimeError(self._failed(e)) from e
         if self._error is not None:
             error, self._error = self._error, None
-            raise RuntimeError(f"saving a checkpoint failed: {error}") from error
+            raise RuntimeError(self._failed(error)) from error
+
+    def _failed(self, error: BaseException) -> str:
+        """What a failed save ends training with: the error, and what is left to resume from (a
+        save never touches the checkpoints before it)."""
+        latest = self.latest
+        durable = latest and any(store.same(latest, e) for e in store.entries(self.durable))
+        where = self.durable / latest["file"] if durable else (latest or {}).get("path")
+        kept = (f"the newest {'durable ' if durable else ''}checkpoint, {where} (step {latest['step']}), is intact: "
+                "run again to resume from it" if latest else "no checkpoint of this run is durable yet")
+        return f"saving a checkpoint failed: {error}; {kept}"
 
     def finish(self) -> dict | None:
         """Every rank: the last save is written and durable. Returns its durable entry (rank 0)."""

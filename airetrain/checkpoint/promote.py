@@ -10,7 +10,9 @@ from pathlib import Path
 
 from . import store
 from .store import CheckpointError
-from ..fsutil import copy_atomic, copy_dir_atomic, link_atomic, same_filesystem
+from ..fsutil import copy_atomic, copy_dir_atomic, link_atomic, room_for, same_filesystem
+
+DURABLE_ROOT = "the durable root (scratch)"
 
 
 def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_check: bool = True) -> dict:
@@ -36,16 +38,18 @@ def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_
     except (CheckpointError, FileNotFoundError, NotADirectoryError):
         if full_check and same_filesystem(src, durable_dir):
             store.verify(src, entry)   # a corrupt file is never linked; a copy checks the bytes it copies
-        if store.kind(entry) == store.DCP:
-            linked = copy_dir_atomic(src, dst, entry["files"], link=True)
-        else:
-            linked = link_atomic(src, dst)
-            if not linked:
-                copy_atomic(src, dst, expected_sha256=entry["sha256"])
+        with room_for(dst, entry["size"], DURABLE_ROOT):
+            if store.kind(entry) == store.DCP:
+                linked = copy_dir_atomic(src, dst, entry["files"], link=True)
+            else:
+                linked = link_atomic(src, dst)
+                if not linked:
+                    copy_atomic(src, dst, expected_sha256=entry["sha256"])
         mode = "linked" if linked else "copied"
     if (full_check and mode == "copied") or mode == "written there":
         store.verify(dst, entry)  # raises if it does not hash or load
-    store.record(durable_dir, entry, keep)
+    with room_for(durable_dir / store.MANIFEST, 0, DURABLE_ROOT):
+        store.record(durable_dir, entry, keep)
     return {**{k: v for k, v in entry.items() if k != "path"}, "path": str(dst), "source": str(src),
             "mode": mode, "verified": True}
 

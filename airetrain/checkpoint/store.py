@@ -25,13 +25,14 @@ from pathlib import Path
 
 import torch
 
-from ..fsutil import (commit, fsync_dir, read_json, sha256_file, write_bytes_atomic, write_json_atomic,
+from ..fsutil import (commit, fsync_dir, read_json, room_for, sha256_file, write_bytes_atomic, write_json_atomic,
                       write_stream_atomic)
 from ..run_config import RunConfig
 
 log = logging.getLogger("airetrain.checkpoint.store")
 MANIFEST = "manifest.json"
 FILE, DCP, MIRROR = "file", "dcp", "mirror"   # kinds: one file, a DCP directory, a script's mirrored directory
+FAST_ROOT = "the fast root"   # where the trainer writes its checkpoints ($TMP_SHARED, roots.tmp_shared, $TMPDIR)
 
 
 def kind(entry: dict) -> str:
@@ -131,6 +132,17 @@ def digest_of(files: dict[str, str]) -> str:
     return hashlib.sha256("".join(f"{n}:{h}\n" for n, h in sorted(files.items())).encode()).hexdigest()
 
 
+def tree_bytes(tree) -> int:
+    """The bytes of the tensors in a state: about the size of its checkpoint."""
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(tree_bytes(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(tree_bytes(v) for v in tree)
+    return 0
+
+
 def serialize(state: dict) -> memoryview:
     buffer = io.BytesIO()
     torch.save(state, buffer)
@@ -141,10 +153,19 @@ def write_file(state: dict, directory: str | Path, step: int, fingerprint: str) 
     """DDP: serialize straight into a temporary name (hashed as it is written: no copy of the whole
     file in memory), fsync, rename, fsync the directory. Not yet recorded."""
     final = Path(directory) / file_name(step)
-    size, sha256 = write_stream_atomic(final, lambda f: torch.save(state, f))
+    with room_for(final, tree_bytes(state), FAST_ROOT):
+        size, sha256 = write_stream_atomic(final, lambda f: torch.save(state, f))
     trainer = state["trainer"]
     return {"file": final.name, "kind": FILE, "step": step, "epoch": trainer["epoch"], "size": size,
             "sha256": sha256, "fingerprint": fingerprint, "path": str(final)}
+
+
+def save_file(state: dict, directory: str | Path, step: int, fingerprint: str, keep: int | None) -> dict:
+    """DDP's save on the fast root: the file written, then recorded in its manifest (keep applied)."""
+    entry = write_file(state, directory, step, fingerprint)
+    with room_for(Path(directory) / MANIFEST, 0, FAST_ROOT):
+        record(Path(directory), entry, keep)
+    return entry
 
 
 def commit_dir(partial: Path, trainer: dict, fingerprint: str) -> dict:

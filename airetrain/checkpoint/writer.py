@@ -36,16 +36,6 @@ def shm_free_bytes() -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def tree_bytes(tree) -> int:
-    if isinstance(tree, torch.Tensor):
-        return tree.numel() * tree.element_size()
-    if isinstance(tree, dict):
-        return sum(tree_bytes(v) for v in tree.values())
-    if isinstance(tree, (list, tuple)):
-        return sum(tree_bytes(v) for v in tree)
-    return 0
-
-
 def shared_buffer(like: torch.Tensor) -> torch.Tensor:
     """A CPU tensor in shared memory shaped like `like`; page-locked where `like` is on a GPU, so that
     the device-to-host copy runs at full speed and asynchronously."""
@@ -78,8 +68,7 @@ def _serve(jobs, results, parent: int) -> None:
         state, directory, step, fingerprint, keep, durable = job
         directory = Path(directory)
         try:
-            entry = store.write_file(state, directory, step, fingerprint)
-            store.record(directory, entry, keep)
+            entry = store.save_file(state, directory, step, fingerprint, keep)
             results.put((True, promote(entry, Path(durable), keep, full_check=False)))
         except BaseException as e:   # reported to the trainer at its next wait
             results.put((False, f"{type(e).__name__}: {e}"))

@@ -102,6 +102,8 @@ def estimate(run: RunConfig, meta: dict | None, world: int, per_device: int,
         "ddp_per_gpu_gb": round(ddp / GB, 3),
         "fsdp_per_gpu_gb": round(fsdp / GB, 3),
         "budget_gb": budget,
+        # a checkpoint: fp32 weights and optimizer state (the durable root must hold checkpoint.keep + 1)
+        "checkpoint_bytes": params * (4 + OPTIMIZER_BYTES_PER_PARAM[run.optim.name]),
         "fsdp_units": blocks,   # what FSDP would shard one by one (parallel/fsdp_units.py)
         "decision": "ddp" if fits else "fsdp",
         "reason": (f"DDP needs {ddp / GB:.2f} GB per GPU, {'within' if fits else 'over'} the {budget:g} GB budget"

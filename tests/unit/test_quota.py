@@ -1,6 +1,7 @@
 """The fast root's quotas: refused or warned about in the plan, before anything is submitted, from the
 dataset's own index or files.json; and the file counts `airetrain doctor` shows."""
 import json
+import os
 
 import pytest
 
@@ -161,3 +162,57 @@ def test_doctor_says_when_no_quota_tool_is_installed(tmp_path):
               exact_env=True).stdout
     assert "file quotas: unknown here (neither lfs nor quota is installed); on Aire, `quota -s` or " \
            "`lfs quota -u $USER $SCRATCH` shows them" in out
+
+
+# ---- the durable root's room for checkpoint.keep + 1 checkpoints, checked by the plan step
+
+def gpu_plan(tmp_path, **checkpoint):
+    """A GPU run (strategy auto: the memory estimate counts its parameters, on the meta device) with
+    its durable root at tmp_path/scratch."""
+    from conftest import make_plan
+
+    return make_plan({"gpus": 1, "checkpoint": checkpoint}, tmp_path)
+
+
+def test_a_durable_root_that_cannot_hold_keep_plus_one_checkpoints_is_refused(tmp_path, small_filesystem):
+    each = resolve_plan(gpu_plan(tmp_path / "large")).memory_estimate["checkpoint_bytes"]
+    assert 2 * each < 6 << 20 < 4 * each   # keep 3 and one more do not fit in 6 MiB; keep 1 and one more do
+    scratch = small_filesystem(tmp_path / "scratch", "6m")
+    with pytest.raises(ConfigError) as e:
+        resolve_plan(gpu_plan(tmp_path, keep=3))
+    message = str(e.value)
+    assert message.startswith(f"runs.t.checkpoint.keep: 3: the durable root {scratch} cannot hold 4 checkpoints "
+                              "(keep, and the one being written) of about ")
+    assert "(from the memory estimate's parameters and optimizer state)" in message
+    assert "and it has 6.3 MB free; free space there, or lower checkpoint.keep; nothing of this run was submitted" \
+        in message
+    resolve_plan(gpu_plan(tmp_path, keep=1))
+
+
+def test_a_run_planned_again_is_sized_from_its_newest_checkpoint(tmp_path, small_filesystem):
+    from conftest import make_plan
+
+    small_filesystem(tmp_path / "scratch", "4m")
+    plan = make_plan({}, tmp_path)   # a CPU run: no memory estimate, so only an earlier checkpoint tells
+    resolve_plan(plan)   # nothing is known yet: nothing is refused
+    plan.checkpoints_dir.mkdir(parents=True)
+    (plan.checkpoints_dir / "manifest.json").write_text(json.dumps(
+        {"checkpoints": [{"file": "step-00000100.pt", "step": 100, "size": 2_000_000}]}))
+    with pytest.raises(ConfigError, match=r"cannot hold 3 checkpoints .* of about 2\.0 MB \(from its newest "
+                                          r"checkpoint on scratch \(step-00000100\.pt\)\): they need 6\.0 MB"):
+        resolve_plan(plan)
+
+
+LFS_KB = """Disk quotas for usr alice (uid 1234):
+     Filesystem  kbytes   quota   limit   grace   files   quota   limit   grace
+{path}
+                 999000       0 1000000       -    1200       0 1500000       -
+"""
+
+
+def test_the_lustre_quota_counts_where_lfs_tells_it(tmp_path, monkeypatch):
+    """FAKE `lfs` (this machine has no Lustre): 1,000 kB left of the user's quota, though the disk is large."""
+    fake = fake_tool(tmp_path / "bin", "lfs", LFS_KB.format(path=tmp_path / "scratch"))
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    with pytest.raises(ConfigError, match=r"and it has [\d.]+ [GT]B free, 1\.0 MB left of your quota \(lfs quota\)"):
+        resolve_plan(gpu_plan(tmp_path, keep=3))
