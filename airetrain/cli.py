@@ -237,7 +237,10 @@ def _report(args) -> None:
         results = args.results
         if args.out:   # the pipeline's report: the finished runs join their durable history
             from .history import record
-            added = record(Path(args.results), df.to_dict("records"))
+            from .report.query import UNAVAILABLE
+            # a run whose sacct figures are missing joins its history once accounting answers again
+            added = record(Path(args.results), [row for row in df.to_dict("records")
+                                                 if not str(row.get("status")).startswith(UNAVAILABLE)])
             print(f"history: {len(added)} new line{'s' if len(added) != 1 else ''} "
                   f"({', '.join(line['run'] for line in added) or 'every run was recorded already'})")
     else:

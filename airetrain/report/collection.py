@@ -17,7 +17,7 @@ from ..fsutil import read_json
 from ..records import STOPPED, Plan, read_plan
 from ..run_log import hangs
 from .fold import Job, lookup, parse
-from .query import query
+from .query import UNAVAILABLE, AccountingUnavailable, query
 from .seff import seff_check
 from .advice import advise, learned
 
@@ -31,7 +31,8 @@ COLUMNS = {
               "missing: no train.json"),
     "job_id": "SLURM job id (empty outside SLURM)",
     "job_state": "SLURM's final state (COMPLETED, TIMEOUT, OUT_OF_MEMORY, CANCELLED, FAILED, RUNNING, MISSING)",
-    "status": "what to know about the figures (running: so far; requeued N x; not in accounting)",
+    "status": "what to know about the figures (running: so far; requeued N x; not in accounting; accounting "
+              "unavailable: sacct could not answer, run the report again once it can)",
     "elapsed_s": "wall seconds of the job (last run of a requeued job); stage + train + promote locally",
     "timelimit_s": "the job's time limit, seconds",
     "time_eff": "elapsed / time limit (0-1): TimeEff",
@@ -118,7 +119,8 @@ def _stage_figures(run_dir: Path, elapsed_s: float | None) -> dict:
             "stage_format": stage.get("format"), "stage_source": stage["source"]}
 
 
-def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
+def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | None = None) -> dict:
+    """One run's row; unavailable: why sacct could not answer (its figures are then marked missing)."""
     row = {"run": run_dir.name}
     plan = read_plan(run_dir)
     train = read_json(run_dir / "train.json") if (run_dir / "train.json").exists() else None
@@ -132,6 +134,9 @@ def run_row(run_dir: Path, accounting: dict | None = None) -> dict:
         row.update(job_row(job))
     elif bench is not None:
         row.update(benchmark_row(bench, plan))
+    if unavailable and (train or {}).get("slurm_job_id"):
+        row.update(job_state="UNKNOWN", status=f"{UNAVAILABLE} ({unavailable}): the sacct figures are missing; "
+                                               "run the report again once accounting answers")
     row.update(_stage_figures(run_dir, row.get("elapsed_s")))
     if plan:
         row["hangs"] = len(hangs(plan.durable_dir))
@@ -181,8 +186,11 @@ def table(results: str | Path, runs: list[str]) -> pd.DataFrame:
     """The pipeline's table: one row per run, one sacct call for all their jobs."""
     job_ids = [str(j) for run in runs if (p := Path(results) / run / "train.json").exists()
                and (j := read_json(p).get("slurm_job_id"))]
-    accounting = query(job_ids)
-    rows = [run_row(Path(results) / run, accounting) for run in runs]
+    try:
+        accounting, unavailable = query(job_ids), None
+    except AccountingUnavailable as e:   # the runs' own figures still make the table
+        accounting, unavailable = None, str(e)
+    rows = [run_row(Path(results) / run, accounting, unavailable) for run in runs]
     return _finish(rows, seff_check({j: job for j in job_ids if (job := lookup(accounting, j))})
                    if accounting else {})
 
@@ -191,7 +199,10 @@ def jobs_rows(job_ids: list[str] | None = None, since: str | None = None,
               text: str | None = None) -> tuple[list[dict], list[str]]:
     """Any SLURM jobs (by id, or started since a date), from one sacct call (or its captured text):
     the rows and the columns, without pandas (what `airetrain report --jobs` prints)."""
-    jobs = parse(text, job_ids) if text is not None else query(job_ids, since)
+    try:
+        jobs = parse(text, job_ids) if text is not None else query(job_ids, since)
+    except AccountingUnavailable as e:
+        raise RuntimeError(f"SLURM accounting does not answer ({e}): this needs it; try again later") from None
     if jobs is None:
         raise RuntimeError("sacct is not available here (or it failed): this needs SLURM accounting")
     rows = [{"run": job.name or job.job_id, **job_row(job)} for job in jobs.values()]

@@ -23,13 +23,16 @@ from ..text import clock
 from ..records import STOPPED, Plan, read_plan
 from ..run_log import LOCK, hangs, sessions
 from .fold import lookup
-from .query import query
+from .query import UNAVAILABLE, AccountingUnavailable, query
 
 SQUEUE_FORMAT = "%i|%T|%r|%S|%k"
 FAILED = ("FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 EXCEPTION = re.compile(r"(?:^|\]:\s*)((?:[A-Za-z_][\w.]*)?(?:Error|Exception)\b: .+)")
 ERROR_LINE = re.compile(r"Error|Exception|error:|Traceback|Killed|exited with|refused")
 RULES = ("plan", "stage", "train", "promote")   # the rules of a run's group
+
+
+ACCOUNTING_WAIT_S = 15   # sacct's answer, at most: a stalled slurmdbd would keep it waiting 45 s and more
 
 
 def squeue_jobs(runs: list[str]) -> dict[str, dict] | None:
@@ -205,13 +208,24 @@ def status(runs: list[str], results: str | Path = "results", logs: str | Path = 
     for name in runs:
         started = _sessions(read_plan(results / name))
         job_ids += [str(s["slurm_job_id"]) for s in started[-1:] if s.get("slurm_job_id")]
-    accounting = (query(job_ids) or {}) if queued is not None and job_ids else {}
-    return [run_status(name, results, logs, (queued or {}).get(name), accounting) for name in runs]
+    unavailable = None
+    try:
+        accounting = (query(job_ids, timeout=ACCOUNTING_WAIT_S) or {}) if queued is not None and job_ids else {}
+    except AccountingUnavailable as e:   # squeue still knows the queued and running jobs
+        accounting, unavailable = {}, str(e)
+    rows = [run_status(name, results, logs, (queued or {}).get(name), accounting) for name in runs]
+    if unavailable:
+        for row in rows:
+            row["accounting"] = f"{UNAVAILABLE}: {unavailable}"
+    return rows
 
 
 def format_status(rows: list[dict]) -> str:
     width = max([len(r["run"]) for r in rows] + [3])
     lines = [f"{'run':<{width}}  {'state':<9} {'job':<9} detail"]
+    if rows and rows[0].get("accounting"):
+        lines.insert(0, f"SLURM {rows[0]['accounting']}: states are squeue's (queued and running jobs); a job that "
+                        "has ended shows no final state until accounting answers again")
     for r in rows:
         lines.append(f"{r['run']:<{width}}  {r['state']:<9} {r['job_id'] or '-':<9} {r['detail']}".rstrip())
     return "\n".join(lines)

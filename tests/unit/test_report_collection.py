@@ -36,3 +36,18 @@ def test_stage_figures_and_the_advice_to_pack_a_slowly_staged_folder(tmp_path):
            "airetrain pack /scratch/u/imagenet /scratch/u/imagenet-shards" in df.loc["folder", "advice"]
     assert "pack" not in df.loc["packed", "advice"]   # already shards
     assert "stage_format" not in df.columns and "| stage_s | stage_frac |" in to_markdown(df.reset_index())
+
+
+def test_a_run_whose_accounting_is_unavailable_is_marked_and_keeps_its_own_figures(tmp_path):
+    from airetrain.report.collection import run_row
+    from conftest import finished_run
+
+    finished_run(tmp_path / "results", tmp_path / "scratch", "r", {}, job_id="4242")
+    (tmp_path / "results" / "r" / "benchmarks" / "promote.tsv").write_text(   # as Snakemake's benchmark writes it
+        "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+        "3.25\t0:00:03\t120\t300\t110\t112\t0\t1\t80\t2.6\n")
+    row = run_row(tmp_path / "results" / "r", None, "sacct gave no answer within 60 s")
+    assert row["job_state"] == "UNKNOWN" and row["status"] == (
+        "accounting unavailable (sacct gave no answer within 60 s): the sacct figures are missing; run the report "
+        "again once accounting answers")
+    assert row["source"] == "benchmark" and row["elapsed_s"] == 3.25 and row["samples_per_s"] == 128.0

@@ -63,3 +63,13 @@ def test_a_job_waiting_for_the_runs_lock_and_a_run_that_hung_say_so(tmp_path):
     assert row["detail"] == "for SLURM job 812, which trains this run (its lock) [1 hang: see hangs/]"
     write(run_dir / "trainer.lock", {"slurm_job_id": "815", "host": "n1", "pid": 7, "since": 0})   # its own
     assert run_status("x", results, logs, running, {})["state"] == "staging"
+
+
+def test_while_accounting_is_unavailable_the_table_says_so_above_squeues_states(tmp_path):
+    write_plan(tmp_path / "results", tmp_path, "a")
+    row = {**run_status("a", tmp_path / "results", tmp_path / "logs", None, {}),
+           "accounting": "accounting unavailable: sacct gave no answer within 15 s"}
+    first, header = format_status([row]).splitlines()[:2]
+    assert first == ("SLURM accounting unavailable: sacct gave no answer within 15 s: states are squeue's (queued "
+                     "and running jobs); a job that has ended shows no final state until accounting answers again")
+    assert header.split() == ["run", "state", "job", "detail"]
