@@ -65,6 +65,7 @@ class Job:
     gpu_util_max: float | None = None
     gpu_mem_max_mb: float | None = None
     runs: int = 0                      # 1 + times requeued
+    earlier_states: list[str] = field(default_factory=list)   # how each earlier run ended (NODE_FAIL, PREEMPTED)
     elapsed_all_runs_s: float = 0.0
     alloc_total_cpu_s: float = 0.0     # the allocation row's TotalCPU: used when there are no step rows
     running_steps: int = 0
@@ -114,8 +115,14 @@ class Job:
         if self.late_start_record:
             text = "just started: accounting has no figures yet"
         if self.runs > 1:
-            text += f"; requeued {self.runs - 1}x"
+            text += f"; requeued {self.runs - 1}x{self.requeued_after}"
         return text
+
+    @property
+    def requeued_after(self) -> str:
+        """' after NODE_FAIL' (or the other ways its earlier runs ended); '' where SLURM recorded none."""
+        ended = sorted({state for state in self.earlier_states if state not in ("REQUEUED", "")})
+        return f" after {', '.join(ended)}" if ended else ""
 
     def figures(self) -> dict:
         return {"job_id": self.job_id, "job_name": self.name, "state": self.state, "status": self.status,
@@ -131,6 +138,8 @@ class Job:
 def _allocation(job: Job, row: dict) -> None:
     """A job's own row (the newest run of a requeued job comes last): what was allocated."""
     alloc = tres(row["AllocTRES"])
+    if job.runs:
+        job.earlier_states.append(job.state)
     job.runs += 1
     job.raw_id = row["JobIDRaw"]
     job.name = row["JobName"]

@@ -113,7 +113,7 @@ def run_status(name: str, results: Path, logs: Path, queued: dict | None, accoun
         row["job_id"] = job_ids[-1]
         job = lookup(accounting, str(job_ids[-1]))
         if job is not None and job.runs > 1:
-            row["requeues"] = job.runs - 1
+            row["requeues"], row["requeued_after"] = job.runs - 1, job.requeued_after
     train = read_json(out / "train.json") if (out / "train.json").exists() else None
     progress = _last_line(out / "metrics.jsonl")
     if (out / "checkpoint.json").exists() and train:
@@ -148,7 +148,7 @@ def run_status(name: str, results: Path, logs: Path, queued: dict | None, accoun
         elif train:
             row.update(state="trained", detail="not promoted yet")
     if row.get("requeues"):
-        row["detail"] = (row["detail"] + f" [requeued {row['requeues']}x]").strip()
+        row["detail"] = (row["detail"] + f" [requeued {row['requeues']}x{row['requeued_after']}]").strip()
     hung = len(hangs(plan.durable_dir)) if plan else 0
     if hung:
         row["hangs"] = hung

@@ -200,10 +200,7 @@ for n in labgpu1 labgpu2 labcpu1; do
   running "$S/run/slurmd-$n.pid" slurmd && continue
   say "slurmd $n"
   # $S/nodetmp/local is node-local storage: each node sees its own directory there (like $TMPDIR on Aire)
-  unshare --uts --mount --propagation private -- sh -ec '
-    hostname "$1"; mount --bind "$2/etc" /etc/slurm; mount --bind "$2/etc/hosts" /etc/hosts
-    mount --bind "$2/nodetmp/$1" "$2/nodetmp/local"
-    exec /usr/sbin/slurmd -f "$2/etc/slurm.conf" -N "$1"' _ "$n" "$S"
+  AIRETRAIN_SLURM_STATE="$S" bash "$HERE/slurmd.sh" "$n"
 done
 
 limit=$((SECONDS + 90)); resumed=0

@@ -159,3 +159,28 @@ def test_steps_without_a_job_row_are_kept_and_raise_nothing():
     # no allocation row: nothing is known of what was asked for, so no efficiency is claimed
     assert job.state == "MISSING" and job.cpu_eff is None and job.mem_eff is None
     assert job.step_ids == ["18.batch"] and job.total_cpu_s == 240
+
+
+# A 2-node job whose second node died (tests/slurm/test_slurm_node_fail.py), requeued by SLURM and run
+# to its end: its rows as sacct printed them on the test cluster (the steps' TRES usage cut short)
+NODE_FAILED = """\
+7|7|92015395|NODE_FAIL|0:0|2026-12-02T21:39:53|00:00:34|00:20:00|00:22.600|6|12G|2|||billing=6,cpu=6,gres/gpu=6,mem=12G,node=2||
+7.batch|7.batch|batch|CANCELLED|0:15|2026-12-02T21:39:53|00:00:35||00:00.005|3||1|1|297132K|cpu=3,mem=6G,node=1|mem=297132K|mem=297132K
+7.1|7.1|bash|FAILED|1:0|2026-12-02T21:39:58|00:00:34||00:22.101|6||2|2|1258968K|cpu=6,mem=12G,node=2|mem=1258968K|mem=1258968K
+7|7|92015395|COMPLETED|0:0|2026-12-02T21:40:43|00:00:31|00:20:00|00:46.134|6|12G|2|||billing=6,cpu=6,gres/gpu=6,mem=12G,node=2||
+7.batch|7.batch|batch|COMPLETED|0:0|2026-12-02T21:40:43|00:00:31||00:08.413|3||1|1|485232K|cpu=3,mem=6G,node=1|mem=485232K|mem=485232K
+7.1|7.1|bash|COMPLETED|0:0|2026-12-02T21:40:48|00:00:21||00:37.253|6||2|2|1251028K|cpu=6,mem=12G,node=2|mem=2491284K|mem=1251028K
+"""
+
+
+def test_a_job_requeued_after_a_node_failure_says_so_and_shows_its_last_run():
+    job = parse(NODE_FAILED)["7"]
+    assert job.runs == 2 and job.earlier_states == ["NODE_FAIL"]
+    assert job.status == "completed; requeued 1x after NODE_FAIL"
+    assert job.elapsed_s == 31 and job.elapsed_all_runs_s == 65 and job.gpu_hours == 6 * 65 / 3600
+    assert job.mem_used_mb == 2491284 / 1024   # the last run's steps only
+
+
+def test_a_job_requeued_by_hand_or_by_its_own_stop_has_no_cause_to_name():
+    rows = NODE_FAILED.replace("|NODE_FAIL|", "|REQUEUED|", 1)
+    assert parse(rows)["7"].status == "completed; requeued 1x"
