@@ -54,6 +54,74 @@ def defaults_from_schema(schema: dict, root: dict | None = None) -> Any:
     return copy.deepcopy(schema["default"]) if "default" in schema else _MISSING
 
 
+def _types(schema: dict, root: dict) -> set[str]:
+    """The JSON types a schema allows, through $ref and anyOf/oneOf (an enum allows its values' types)."""
+    schema = resolve_ref(schema, root)
+    kind = schema.get("type")
+    types = set([kind] if isinstance(kind, str) else kind or [])
+    for value in schema.get("enum", []):
+        types.add("string" if isinstance(value, str) else "number" if isinstance(value, (int, float)) else "other")
+    for branch in schema.get("anyOf", []) + schema.get("oneOf", []):
+        types |= _types(branch, root)
+    return types
+
+
+def _number(text: str, integer: bool) -> int | float | None:
+    """The number a string means ('1e-4', '5E-2', '1_000', '.5'), or None: not one (nor nan or inf)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if value != value or value in (float("inf"), float("-inf")):
+        return None
+    if integer:
+        return int(value) if value.is_integer() else None
+    return value
+
+
+def _object_schema(schema: dict, root: dict) -> dict:
+    """The branch of a schema that describes an object (its properties), through $ref and anyOf/oneOf."""
+    schema = resolve_ref(schema, root)
+    if "properties" in schema or "additionalProperties" in schema:
+        return schema
+    for branch in schema.get("anyOf", []) + schema.get("oneOf", []):
+        if (found := _object_schema(branch, root)) is not None:
+            return found
+    return None
+
+
+def numbers(value: Any, schema: dict, root: dict | None = None) -> Any:
+    """value, with each string the schema wants as a number read as one.
+
+    YAML 1.1, which PyYAML (and so Snakemake) follows, reads `1e-4` and `5E-2` as strings: a float
+    needs a dot there. Researchers write learning rates that way, so wherever the schema says number
+    or integer (and not string), a string that means a number is that number; any other string is
+    left for validation to refuse."""
+    root = root or schema
+    schema = resolve_ref(schema, root)
+    if isinstance(value, str):
+        types = _types(schema, root)
+        if "string" not in types and types & {"number", "integer"}:
+            number = _number(value.strip(), "number" not in types)
+            return value if number is None else number
+        return value
+    if isinstance(value, dict):
+        node = _object_schema(schema, root)
+        if node is None:
+            return value
+        properties, extra = node.get("properties", {}), node.get("additionalProperties")
+        return {key: numbers(item, properties[key] if key in properties else extra, root)
+                if key in properties or isinstance(extra, dict) else item for key, item in value.items()}
+    if isinstance(value, list):
+        items = resolve_ref(schema, root).get("items")
+        return [numbers(item, items, root) for item in value] if isinstance(items, dict) else value
+    return value
+
+
 def run_defaults() -> dict:
     """A complete run, every key at its default."""
     schema = _schema()

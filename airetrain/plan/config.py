@@ -14,7 +14,7 @@ import yaml
 
 from ..errors import ConfigError
 from ..run_config import RunConfig, Settings
-from ..schema import defaults_from_schema, load_schema, resolve_ref as _resolve_ref
+from ..schema import defaults_from_schema, load_schema, numbers, resolve_ref as _resolve_ref
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 SLURM_NAME = SAFE_NAME   # accounts and QoS, also where they come from the environment ($SBATCH_ACCOUNT)
@@ -103,13 +103,18 @@ def deep_merge(base: dict, override: dict) -> dict:
     return out
 
 
-def has_run_key(schema: dict, dotted: str) -> bool:
+def run_key_schema(schema: dict, dotted: str) -> dict | None:
+    """The schema of a dotted run key (optim.lr), or None: no such key."""
     node = _resolve_ref(schema["$defs"]["run"], schema)
     for part in dotted.split("."):
         if part not in node.get("properties", {}):
-            return False
+            return None
         node = _resolve_ref(node["properties"][part], schema)
-    return True
+    return node
+
+
+def has_run_key(schema: dict, dotted: str) -> bool:
+    return run_key_schema(schema, dotted) is not None
 
 
 def resolve(config: dict) -> tuple[Settings, dict[str, RunConfig]]:
@@ -118,9 +123,12 @@ def resolve(config: dict) -> tuple[Settings, dict[str, RunConfig]]:
     from . import sweep
 
     schema = load_schema()
+    config = numbers(config, schema)   # lr: 1e-4, which YAML 1.1 reads as a string
     validate(config, schema)
     grid = config.get("sweep") or {}
     sweep.check_keys(grid, lambda key: has_run_key(schema, key))
+    grid = {key: numbers(values, {"type": "array", "items": run_key_schema(schema, key)}, schema)
+            for key, values in grid.items()}   # a run's name shows the number, as written in any form
     expanded = {**config, "runs": sweep.expand(config["runs"], grid, deep_merge)}
     if grid:
         validate(expanded, schema)  # the grid's values, checked where they land
