@@ -117,6 +117,7 @@ class Optim(_Record):
     momentum: float
     schedule: str
     warmup_steps: int
+    grad_clip_norm: float | None
     fused: bool | None
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TAGS = {"loss": "train/loss", "lr": "train/lr", "samples_per_s": "train/samples_per_s",
+TAGS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "samples_per_s": "train/samples_per_s",
         "data_wait_frac": "train/data_wait_frac", "gpu_util": "gpu/util_percent", "gpu_mem_gb": "gpu/mem_gb"}
 
 

@@ -76,9 +76,9 @@ def train(s: Session, ckpt: Checkpointer, stopper: Stopper, progress: Progress, 
         progress.new_epoch()
         while s.position.step_in_epoch < per_epoch:
             t0 = time.perf_counter()
-            loss, wait_s = train_step(s, batches)
+            loss, wait_s, norm = train_step(s, batches, progress.logs(s.position.step + 1))
             s.position = s.position.stepped()
-            progress.step_done(s.position.step, s.position.epoch, loss, wait_s, time.perf_counter() - t0)
+            progress.step_done(s.position.step, s.position.epoch, loss, wait_s, time.perf_counter() - t0, norm)
             hang.beat(s.position.step)
             # stop early (deadline, SIGTERM) with a durable checkpoint; otherwise save on schedule
             if stopped := stopper.poll():

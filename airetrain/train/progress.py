@@ -36,6 +36,7 @@ class Progress:
         self.steps = 0                      # optimizer steps in this session
         self.wait_s = self.step_s = 0.0     # seconds waiting for data, seconds of whole steps
         self.loss = float("nan")            # mean loss of the last logged window, over ranks
+        self.grad_norm: torch.Tensor | None = None   # the last step's gradient norm, where it was measured
         self.window_loss = torch.zeros((), device=d.device)
         self.window_steps = 0
         self.t_start = time.perf_counter()
@@ -54,8 +55,14 @@ class Progress:
         self.window_loss.zero_()
         self.window_steps = 0
 
-    def step_done(self, step: int, epoch: int, loss: torch.Tensor, wait_s: float, step_s: float) -> None:
+    def logs(self, step: int) -> bool:
+        """Whether step gets a log line."""
+        return step % self.log_every == 0 or step == self.total_steps
+
+    def step_done(self, step: int, epoch: int, loss: torch.Tensor, wait_s: float, step_s: float,
+                  grad_norm: torch.Tensor | None = None) -> None:
         self.steps += 1
+        self.grad_norm = grad_norm
         self.wait_s += wait_s
         self.step_s += step_s
         self.window_loss += loss
@@ -66,7 +73,7 @@ class Progress:
             log.info("warm-up: the first %d step%s took %.2f s (compilation and first iterations); the steady "
                      "state's figures start after step %d", self.steps, "" if self.steps == 1 else "s",
                      self.warmup_s, step)
-        if step % self.log_every == 0 or step == self.total_steps:
+        if self.logs(step):
             self._log(step, epoch)
 
     def _log(self, step: int, epoch: int) -> None:
@@ -81,6 +88,8 @@ class Progress:
                      step, self.total_steps, epoch, self.loss, rate, 100 * self.wait_s / self.step_s, eta)
             line = {"step": step, "of_steps": self.total_steps, "eta_s": round(eta, 1), "epoch": epoch,
                     "loss": self.loss, "samples_per_s": rate,
+                    # the logged step's, before clipping (the same on every rank)
+                    "grad_norm": None if self.grad_norm is None else self.grad_norm.item(),
                     "data_wait_frac": self.wait_s / self.step_s, "elapsed_s": elapsed, "time": time.time()}
             if self.curves:
                 self.curves.log(step, {**line, **self.extra()})

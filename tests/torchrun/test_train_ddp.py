@@ -33,6 +33,7 @@ def test_training_learns_and_uses_accumulation(ddp_run):
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert lines[0]["loss"] > lines[-1]["loss"]
     assert [m["step"] for m in lines] == sorted(m["step"] for m in lines)
+    assert all(m["grad_norm"] > 0 for m in lines)   # measured on every logged step, without clipping too
     progress = [line for line in proc.stdout.splitlines() if "samples/s" in line]
     assert progress and all(line.startswith("[rank 0]") for line in progress)  # rank 0 logs alone
     assert any("ETA" in line and "loss" in line for line in progress)
@@ -51,13 +52,16 @@ def test_train_json_has_every_field_with_plausible_values(ddp_run):
     assert s["torch_version"] == torch.__version__
 
 
+CLIP = 0.5   # below most of these runs' gradient norms: the clipping bites
+
+
 @pytest.fixture(scope="module")
 def fsdp_vs_ddp(tmp_path_factory):
-    """The same run (fp32, same seed, same global batch) under DDP and under FSDP2."""
+    """The same run (fp32, same seed, same global batch, gradients clipped) under DDP and under FSDP2."""
     runs = {}
     for strategy in ("ddp", "fsdp"):
         tmp = tmp_path_factory.mktemp(strategy)
-        cfg = {"processes": 2, "strategy": strategy, "precision": "fp32",
+        cfg = {"processes": 2, "strategy": strategy, "precision": "fp32", "optim": {"grad_clip_norm": CLIP},
                "batch": {"global": 64, "per_device": 16}, "train": {"epochs": 2, "log_every_steps": 2}}
         out, _ = launch_training(tmp, cfg, dump=tmp / "params")
         runs[strategy] = (tmp, out)
@@ -71,13 +75,18 @@ def test_fsdp_ends_with_identical_full_parameters_on_every_rank(fsdp_vs_ddp):
     assert not any(k.startswith("module.") or "_fsdp" in k for k in r0)  # plain names, loadable anywhere
 
 
-def test_ddp_and_fsdp_follow_the_same_loss_curve(fsdp_vs_ddp):
-    curves = {}
+def test_ddp_and_fsdp_clip_by_the_same_global_norm_and_follow_the_same_curves(fsdp_vs_ddp):
+    curves, norms = {}, {}
     for strategy, (_, out) in fsdp_vs_ddp.items():
-        curves[strategy] = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+        lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        curves[strategy] = [line["loss"] for line in lines]
+        norms[strategy] = [line["grad_norm"] for line in lines]
     assert len(curves["ddp"]) == len(curves["fsdp"]) > 5
     for a, b in zip(curves["ddp"], curves["fsdp"]):
         assert b == pytest.approx(a, rel=1e-3, abs=1e-4)
+    # FSDP's norm is reduced over both ranks' shards: the same as DDP's over whole gradients
+    assert norms["fsdp"] == pytest.approx(norms["ddp"], rel=1e-3)
+    assert sum(norm > CLIP for norm in norms["ddp"]) >= len(norms["ddp"]) // 2   # the clipping bit
     ddp_params = torch.load(fsdp_vs_ddp["ddp"][0] / "params" / "rank0.pt", weights_only=True)
     fsdp_params = torch.load(fsdp_vs_ddp["fsdp"][0] / "params" / "rank0.pt", weights_only=True)
     for key in ddp_params:

@@ -47,7 +47,7 @@ def test_two_accumulated_micro_batches_make_the_step_of_their_whole_batch(proces
     optimizer, scheduler, scaler = sgd_step(accumulated, x, y)
     session = Session(PLAN, D, None, Parallel(accumulated, PLAN, D.device), BUILT_IN, optimizer, scheduler, scaler,
                       probe=None, flops_per_micro=0)
-    loss, wait_s = train_step(session, iter([(x[:4], y[:4]), (x[4:], y[4:])]))
+    loss, wait_s, norm = train_step(session, iter([(x[:4], y[:4]), (x[4:], y[4:])]))
 
     reference = torch.optim.SGD(whole.parameters(), lr=0.5)
     expected_loss = nn.functional.cross_entropy(whole(x), y)
@@ -58,6 +58,34 @@ def test_two_accumulated_micro_batches_make_the_step_of_their_whole_batch(proces
         torch.testing.assert_close(a, b)
     assert wait_s >= 0 and all(p.grad is None for p in accumulated.parameters())   # gradients cleared
     assert scheduler.last_epoch == 1
+    assert norm is None   # neither clipped nor logged: not measured
+
+
+def stepped(clip, x, y, seed=0):
+    """One SGD step (lr 0.5) of a fresh linear model under optim.grad_clip_norm: clip; its parameters
+    before and after, and the norm the step measured (norm_wanted: as on a logged step)."""
+    plan = make_plan({"processes": 1, "strategy": "ddp", "precision": "fp32", "batch": {"global": 8, "per_device": 8},
+                      "optim": {"grad_clip_norm": clip}}, Path("/tmp/airetrain-unit"))
+    model = linear(seed)
+    before = [p.detach().clone() for p in model.parameters()]
+    session = Session(plan, D, None, Parallel(model, plan, D.device), BUILT_IN, *sgd_step(model, x, y),
+                      probe=None, flops_per_micro=0)
+    _, _, norm = train_step(session, iter([(x, y)]), norm_wanted=True)
+    return before, list(model.parameters()), norm
+
+
+def test_a_tiny_clip_norm_leaves_the_weights_almost_where_they_started_and_no_clip_moves_them(process_group):
+    x, y = torch.randn(8, 3) * 10, torch.randint(0, 2, (8,))
+    before, clipped, norm = stepped(1e-6, x, y)
+    _, free, free_norm = stepped(None, x, y)
+    reference = linear()
+    expected = torch.nn.utils.get_total_norm(torch.autograd.grad(nn.functional.cross_entropy(reference(x), y),
+                                                                 list(reference.parameters())))
+    assert norm.item() == pytest.approx(expected.item(), rel=1e-5) == pytest.approx(free_norm.item(), rel=1e-5)
+    assert norm.item() > 1e-3   # the norm before clipping (1e-6 after)
+    moved = sum((a - b).abs().sum().item() for a, b in zip(clipped, before))
+    assert moved <= 0.5 * 1e-6 * 3 + 1e-7   # at most lr x the clip norm, over the parameters
+    assert sum((a - b).abs().sum().item() for a, b in zip(free, before)) > 0.1
 
 
 def test_evaluate_scores_every_sample_once(process_group):
