@@ -170,17 +170,23 @@ def _launch(args) -> None:
 
 
 def _promote(args) -> None:
+    from .checkpoint import store
     from .checkpoint.promote import promote
+    from .checkpoint.weights import write_weights
     from .records import CheckpointRecord, Plan, RunRecord, TrainRecord, read_record, write_record
     from .run_log import run_record
 
     plan, train = read_record(args.plan, Plan), read_record(args.train, TrainRecord)
     result = promote(train["checkpoint"], plan.checkpoints_dir, plan.config.checkpoint.keep)
+    if result["kind"] != store.MIRROR:   # a script's checkpoints are its own format
+        result["weights"] = write_weights(result)
     write_record(args.out, CheckpointRecord, result)
     if args.record:
         record = run_record(plan, train, args.workflow_dir)
         write_record(args.record, RunRecord, record)
     print(f"promoted {result['path']} ({result['size']} bytes, sha256 {result['sha256'][:12]}…): {result['mode']}")
+    if "weights" in result:
+        print(f"weights: {result['weights']['path']} ({result['weights']['size']} bytes, safetensors)")
 
 
 def _history(args) -> None:

@@ -213,6 +213,8 @@ class CheckpointRecord(TypedDict):
     mode: Doc[str, "copied, linked (a hard link: the fast root and scratch are one filesystem), already durable, "
                    "or written there"]
     verified: Doc[bool, "its bytes were hashed and it loaded with weights_only=True"]
+    weights: NotRequired[Doc[dict, "model.safetensors beside it: the model's weights alone, unsharded, under the "
+                                   "module's own names (file, path, sha256, size, step); not for script mode"]]
 
 
 class RunRecord(TypedDict):

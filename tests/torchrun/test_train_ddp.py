@@ -135,3 +135,31 @@ def test_bf16_on_a_cpu_without_native_bf16_says_fp32_is_faster_here(ddp_run):
     warned = "autocast emulates it, several times slower than fp32 here" in proc.stdout
     assert warned == (cpu_bf16_native() is False), proc.stdout[-2000:]
     assert proc.stdout.count("autocast emulates it") <= 1   # rank 0 alone, once
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_promote_writes_model_safetensors_that_loads_into_a_fresh_model_with_the_same_outputs(fsdp_vs_ddp,
+                                                                                                strategy):
+    import hashlib
+
+    from safetensors.torch import load_file
+
+    from airetrain.train.models import build_model
+    from conftest import BIN, run
+
+    tmp, out = fsdp_vs_ddp[strategy]
+    run([str(BIN / "airetrain"), "promote", "--plan", str(out / "plan.json"), "--train", str(out / "train.json"),
+         "--out", str(out / "checkpoint.json")])
+    weights = read_json(out / "checkpoint.json")["weights"]
+    path = Path(weights["path"])
+    assert path.name == "model.safetensors" and path.parent == Path(read_json(out / "checkpoint.json")["path"]).parent
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == weights["sha256"]
+    loaded = load_file(path)
+    assert not any(k.startswith("module.") or "_fsdp" in k for k in loaded)   # the module's own names
+    spec = ({"name": "small_cnn", "width": 32}, {"shape": [1, 8, 8], "classes": 10})
+    fresh, trained = build_model(*spec), build_model(*spec)
+    fresh.load_state_dict(loaded)   # strict: every key, whole tensors
+    trained.load_state_dict(torch.load(tmp / "params" / "rank0.pt", weights_only=True))   # the trainer's own
+    x = torch.randn(16, 1, 8, 8)
+    fresh.eval(), trained.eval()
+    assert torch.equal(fresh(x), trained(x))

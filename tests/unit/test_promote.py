@@ -154,3 +154,35 @@ def test_keep_never_prunes_the_last_verified_checkpoint_for_one_that_fails_verif
     assert [e["step"] for e in store.entries(durable)] == [10]
     assert sorted(p.name for p in durable.iterdir()) == [store.MANIFEST, store.file_name(10)]
     store.verify(durable / store.file_name(10), good)
+
+
+def test_weights_of_a_model_with_tied_parameters_are_written_and_load_back(tmp_path):
+    """A language model's embedding and output layer share one tensor: safetensors refuses two names
+    for one storage, so the second gets a copy; loading gives the same model."""
+    import hashlib
+
+    import torch
+    from safetensors.torch import load_file
+    from torch import nn
+
+    from airetrain.checkpoint.weights import write_weights
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.out = nn.Embedding(10, 4), nn.Linear(4, 10, bias=False)
+            self.out.weight = self.embed.weight
+
+        def forward(self, x):
+            return self.out(self.embed(x))
+
+    model = Tied()
+    state = {"model": model.state_dict(), "optimizer": {}, "trainer": {"step": 3, "epoch": 0}}
+    entry = store.write_file(state, tmp_path, 3, fingerprint="f")
+    weights = write_weights(entry)
+    assert weights["path"] == str(tmp_path / "model.safetensors") and weights["step"] == 3
+    assert hashlib.sha256((tmp_path / "model.safetensors").read_bytes()).hexdigest() == weights["sha256"]
+    fresh = Tied()
+    fresh.load_state_dict(load_file(tmp_path / "model.safetensors"))
+    x = torch.arange(10)
+    assert torch.equal(fresh(x), model(x)) and fresh.out.weight is fresh.embed.weight
