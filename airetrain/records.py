@@ -176,6 +176,9 @@ class TrainRecord(TypedDict):
     eval_loss: Doc[Optional[float], "mean loss on the held-out split (none without a test split)"]
     eval_accuracy: Doc[Optional[float], "accuracy on the held-out split, for classification (none otherwise)"]
     eval_metrics: Doc[dict, "every metric on the held-out split: accuracy, or train.metrics' own"]
+    eval_s: NotRequired[Doc[float, "seconds this session spent evaluating (train.eval_every_epochs, eval_every_steps), "
+                                   "kept out of train_seconds, throughput and MFU"]]
+    evaluations: NotRequired[Doc[int, "evaluations this session made (each a metrics.jsonl line with eval_loss)"]]
     slurm_job_id: Doc[Optional[str], "the SLURM job (none outside SLURM)"]
     hostnames: Doc[list, "the hosts of every rank"]
     launch_host: Doc[str, "the host of rank 0"]

@@ -124,6 +124,8 @@ class Optim(_Record):
 @dataclass(frozen=True)
 class Train(_Record):
     epochs: int
+    eval_every_epochs: int
+    eval_every_steps: int | None
     seed: int
     deterministic: bool
     log_every_steps: int

@@ -1,9 +1,18 @@
-"""When to save, and where a resumed run continues: decisions only, no files and no torch."""
+"""When to save, when to evaluate, and where a resumed run continues: decisions only, no files, no torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..run_config import RunConfig
+
+
+def scheduled(step: int, epoch: int, epoch_end: bool, every_steps: int | None, every_epochs: int,
+              epochs: int) -> bool:
+    """After optimizer step `step` (from 1) of epoch `epoch` (from 0): every `every_steps` steps (0 or
+    None: never by steps), at the end of every `every_epochs`-th epoch, and at the end of the last."""
+    if every_steps and step % every_steps == 0:
+        return True
+    return epoch_end and ((epoch + 1) % every_epochs == 0 or epoch == epochs - 1)
 
 
 @dataclass(frozen=True)
@@ -19,13 +28,28 @@ class SavePolicy:
 
     def due(self, step: int, epoch: int, epoch_end: bool) -> bool:
         """Is it time to save after optimizer step `step` (from 1) of epoch `epoch` (from 0)?"""
-        if self.every_steps and step % self.every_steps == 0:
-            return True
-        return epoch_end and ((epoch + 1) % self.every_epochs == 0 or epoch == self.epochs - 1)
+        return scheduled(step, epoch, epoch_end, self.every_steps, self.every_epochs, self.epochs)
 
     def due_at(self, position: Position, steps_per_epoch: int) -> bool:
         """Is it time to save at this position (after its last step)?"""
         return self.due(position.step, position.epoch, epoch_end=position.step_in_epoch == steps_per_epoch)
+
+
+@dataclass(frozen=True)
+class EvalPolicy:
+    """train.eval_every_steps (None: off) and train.eval_every_epochs; the last step always evaluates."""
+    every_steps: int | None
+    every_epochs: int
+    epochs: int
+
+    @classmethod
+    def from_config(cls, run: RunConfig) -> EvalPolicy:
+        return cls(run.train.eval_every_steps, run.train.eval_every_epochs, run.train.epochs)
+
+    def due_at(self, position: Position, steps_per_epoch: int) -> bool:
+        """Is an evaluation due after this position's last step?"""
+        return scheduled(position.step, position.epoch, position.step_in_epoch == steps_per_epoch,
+                         self.every_steps, self.every_epochs, self.epochs)
 
 
 @dataclass(frozen=True)

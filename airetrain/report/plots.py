@@ -63,11 +63,15 @@ def loss_plot(df: pd.DataFrame, results: Path | None):
     for run in df["run"]:
         path = results / str(run) / "metrics.jsonl" if results else None
         if path and path.exists():
-            lines = (json.loads(line) for line in path.read_text().splitlines() if line.strip().startswith("{"))
+            lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip().startswith("{")]
             points = [p for p in lines if "step" in p and "loss" in p]   # a script's own lines may lack them
-            ax.plot([p["step"] for p in points], [p["loss"] for p in points], label=str(run))
+            train, = ax.plot([p["step"] for p in points], [p["loss"] for p in points], label=f"{run} (train)")
+            evals = sorted({p["step"]: p["eval_loss"] for p in lines if "step" in p and "eval_loss" in p}.items())
+            if evals:   # the evaluation curve, in the training curve's colour (a resume's repeats once)
+                ax.plot(*zip(*evals), linestyle="--", marker="o", markersize=3, color=train.get_color(),
+                        label=f"{run} (eval)")
     ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
+    ax.set_ylabel("loss")
     ax.set_title("Loss curves")
     if ax.lines:
         ax.legend(fontsize=8)

@@ -60,8 +60,9 @@ def parse_squeue(text: str, runs: list[str]) -> dict[str, dict]:
     return jobs
 
 
-def _last_line(path: Path) -> dict | None:
-    """The last complete line of a JSON-lines file (a line being written is skipped)."""
+def _last_line(path: Path, key: str = "loss") -> dict | None:
+    """The last complete line of a JSON-lines file that has key (a line being written is skipped, and
+    so is an evaluation's line of metrics.jsonl, which has no training loss)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
@@ -71,9 +72,11 @@ def _last_line(path: Path) -> dict | None:
         return None
     for line in reversed(lines):
         try:
-            return json.loads(line)
+            parsed = json.loads(line)
         except ValueError:
             continue
+        if isinstance(parsed, dict) and key in parsed:
+            return parsed
     return None
 
 

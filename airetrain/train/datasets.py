@@ -125,6 +125,18 @@ def draws_random_numbers(data: Data) -> bool:
     return data.user or data.name == "image_folder"
 
 
+def validation_set(data: Data, root: str | None) -> Dataset | None:
+    """The validation split, where the dataset has one: val/ of an npy or shard layout, or what a user
+    dataset's builder returns for "validation" (None: it has none)."""
+    from .models import import_callable
+
+    if data.user:
+        return import_callable(data.name)("validation", root)
+    if data.name in ("synthetic", "image_folder") or root is None:
+        return None
+    return NpyShards(root, "val") if any((Path(root) / "val").glob("x-*.npy")) else None
+
+
 def build_datasets(data: Data, root: str | None) -> tuple[Dataset, Dataset | None, dict]:
     """(train, test, meta) for the `data:` config; root is the staged copy (None if nothing staged).
 

@@ -1,4 +1,5 @@
-"""Evaluation on the held-out split, spread over the ranks: the loss, and each metric."""
+"""Evaluation on the held-out split, spread over the ranks: the loss, and each metric; and the
+evaluations during training, on their schedule (train.eval_every_epochs, train.eval_every_steps)."""
 from __future__ import annotations
 
 import math
@@ -6,7 +7,8 @@ import math
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from . import batches
+from ..checkpoint.policy import EvalPolicy
+from . import batches, efficiency
 from .parallel import process_group as distributed
 from .step import autocast
 
@@ -58,3 +60,41 @@ def _agreed_names(names: list[str], d: distributed.Dist) -> list[str]:
     shared = [names]
     torch.distributed.broadcast_object_list(shared, src=0)
     return shared[0]
+
+
+class Evaluator:
+    """The evaluations during training: after each step the schedule asks for (EvalPolicy; the last
+    step always), over the evaluation split (loader.TrainData.eval_set). Each becomes a metrics.jsonl
+    line and eval/* curves (progress.evaluated), and its time is kept out of training's figures
+    (throughput, MFU): progress excludes it. The last one is the run's final evaluation."""
+
+    def __init__(self, s, progress, hang):
+        self.s, self.progress, self.hang = s, progress, hang
+        self.policy = EvalPolicy.from_config(s.plan.config)
+        self.seconds = 0.0                            # all evaluations of this session
+        self.count = 0
+        self.last: tuple[int, dict] | None = None     # (step, evaluation) of the newest
+
+    def after_step(self) -> None:
+        s = self.s
+        if s.data.eval_set is not None and self.policy.due_at(s.position, s.data.steps_per_epoch):
+            self.progress.exclude(self._run()[1])
+
+    def final(self) -> dict | None:
+        """The run's final evaluation: the one after the last step, where this session made it (a
+        session resumed from the last step's checkpoint evaluates now)."""
+        if self.last is not None and self.last[0] == self.s.position.step:
+            return self.last[1]
+        return self._run()[0]
+
+    def _run(self) -> tuple[dict | None, float]:
+        """One evaluation, recorded: (its figures, its seconds)."""
+        s = self.s
+        t0 = efficiency.now(s.d.device)
+        evaluation = evaluate(s.par, s.objective, s.data.eval_set, s.d, s.plan.precision, self.hang.beat)
+        spent = efficiency.now(s.d.device) - t0
+        self.seconds += spent
+        self.count += evaluation is not None
+        self.last = (s.position.step, evaluation)
+        self.progress.evaluated(s.position.step, s.position.epoch, evaluation)
+        return evaluation, spent

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -9,6 +10,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from ..records import Plan
 from . import datasets
+
+log = logging.getLogger("airetrain.train")
 
 
 class ResumableSampler(DistributedSampler):
@@ -31,7 +34,7 @@ class ResumableSampler(DistributedSampler):
 @dataclass
 class TrainData:
     train_set: Dataset
-    test_set: Dataset
+    test_set: Dataset | None
     meta: dict
     loader: DataLoader
     sampler: ResumableSampler
@@ -39,6 +42,7 @@ class TrainData:
     seed: int
     rank: int
     steps_per_epoch: int
+    eval_set: Dataset | None = None   # what the evaluations run on: the validation split, else the test split
 
     def epoch(self, epoch: int, step_in_epoch: int, accum: int, per_device: int):
         """The batches of one epoch, from optimizer step `step_in_epoch` on.
@@ -72,4 +76,8 @@ def training_data(plan: Plan, target: str | None, d) -> TrainData:
     if steps_per_epoch == 0:
         raise SystemExit(f"the training set ({len(train_set)} samples) is smaller than one global batch "
                          f"({plan.batch.global_}): lower batch.global")
-    return TrainData(train_set, test_set, meta, loader, sampler, rng, seed, d.rank, steps_per_epoch)
+    validation = datasets.validation_set(data, target)
+    if validation is None and test_set is not None and d.is_main:
+        log.info("no validation split: the evaluations during training run on the test split")
+    return TrainData(train_set, test_set, meta, loader, sampler, rng, seed, d.rank, steps_per_epoch,
+                     validation if validation is not None else test_set)

@@ -24,7 +24,7 @@ from ..checkpoint.manager import Checkpointer
 from ..records import STOPPED, Plan, StageRecord, StopRecord, TrainRecord, read_record, write_record
 from . import efficiency, session as sessions, summary, watchdog
 from .curves import Curves
-from .evaluate import evaluate
+from .evaluate import Evaluator
 from .parallel import process_group as distributed
 from .parallel.wrap import Parallel
 from .progress import Progress
@@ -57,9 +57,10 @@ def main(argv=None) -> Trained:
     stopper = Stopper(s.d.is_main, 60 * s.plan.config.checkpoint.stop_margin_min)
     progress = progress_of(s, Path(args.out))
     hang = watchdog.start(s.d, s.plan)   # every rank's heartbeat: steps, saves, evaluation batches
-    stopped = train(s, ckpt, stopper, progress, hang)
+    evaluator = Evaluator(s, progress, hang)
+    stopped = train(s, ckpt, stopper, progress, hang, evaluator)
     stopper.close()
-    finish(s, ckpt, stopped, progress, hang, Path(args.out))
+    finish(s, ckpt, stopped, progress, hang, evaluator, Path(args.out))
     # Every rank is done and every file is written. The process group is not destroyed here:
     # tearing gloo down has deadlocked on the GIL (its worker thread freeing a finished
     # all-gather while the main thread joined it); scripts/train.py ends the process instead.
@@ -67,8 +68,10 @@ def main(argv=None) -> Trained:
     return Trained(s.par, s.optimizer, s.d)
 
 
-def train(s: Session, ckpt: Checkpointer, stopper: Stopper, progress: Progress, hang) -> str | None:
-    """The loop: optimizer steps to the end of the last epoch; the reason if it stopped early."""
+def train(s: Session, ckpt: Checkpointer, stopper: Stopper, progress: Progress, hang,
+          evaluator: Evaluator) -> str | None:
+    """The loop: optimizer steps to the end of the last epoch, each followed by the evaluation and
+    the save their schedules ask for; the reason if it stopped early."""
     per_epoch = s.data.steps_per_epoch
     while not s.finished:
         batches = s.data.epoch(s.position.epoch, s.position.step_in_epoch, s.plan.batch.grad_accum,
@@ -80,6 +83,7 @@ def train(s: Session, ckpt: Checkpointer, stopper: Stopper, progress: Progress, 
             s.position = s.position.stepped()
             progress.step_done(s.position.step, s.position.epoch, loss, wait_s, time.perf_counter() - t0, norm)
             hang.beat(s.position.step)
+            evaluator.after_step()
             # stop early (deadline, SIGTERM) with a durable checkpoint; otherwise save on schedule
             if stopped := stopper.poll():
                 log.warning("stopping (%s) after step %d", stopped, s.position.step)   # every rank says it
@@ -140,7 +144,8 @@ def progress_of(s: Session, out: Path) -> Progress:
                     lambda: {"lr": s.optimizer.param_groups[0]["lr"], **s.gpu.latest()}, start_step=s.position.step)
 
 
-def finish(s: Session, ckpt: Checkpointer, stopped: str | None, progress: Progress, hang, out: Path) -> None:
+def finish(s: Session, ckpt: Checkpointer, stopped: str | None, progress: Progress, hang, evaluator: Evaluator,
+           out: Path) -> None:
     """The last save made durable, then STOPPED (to resume later) or the evaluation and train.json."""
     d, step = s.d, s.position.step
     # throughput counts the training steps and the save stalls, not the last write's background tail
@@ -156,12 +161,12 @@ def finish(s: Session, ckpt: Checkpointer, stopped: str | None, progress: Progre
                      stopped, step, s.total_steps, saved["path"])
     else:
         gpu_figures = s.gpu.summary()
-        evaluation = evaluate(s.par, s.objective, s.data.test_set, d, s.plan.precision, hang.beat)
+        evaluation = evaluator.final()
         figures = summary.gathered_figures(d, progress, gpu_figures)
-        progress.evaluated(evaluation)
         if d.is_main:
             record = summary.train_record(s, progress, ckpt, summary.Finish(train_s, final_wait_s, figures,
-                                                                            evaluation, s.hosts))
+                                                                            evaluation, s.hosts, evaluator.seconds,
+                                                                            evaluator.count))
             write_record(out / "train.json", TrainRecord, record)
             log.info("done: %d steps, eval loss %s, %.0f samples/s, checkpoint %s", step,
                      f"{record['eval_loss']:.4f}" if evaluation else "- (no test split)",

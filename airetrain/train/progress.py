@@ -102,14 +102,25 @@ class Progress:
         self.file.write(json.dumps(line) + "\n")
         self.file.flush()
 
-    def evaluated(self, evaluation: dict | None) -> None:
-        """The evaluation's loss and metrics (eval_loss, eval_<name>) join the last step's line."""
-        if self._last is not None and evaluation:
-            figures = {"eval_loss": evaluation["loss"],
-                       **{f"eval_{name}": value for name, value in evaluation["metrics"].items()}}
+    def exclude(self, seconds: float) -> None:
+        """Keep `seconds` (an evaluation's) out of the training figures: they count from later starts."""
+        self.t_start += seconds
+        if self.t_steady is not None:
+            self.t_steady += seconds
+
+    def evaluated(self, step: int, epoch: int, evaluation: dict | None) -> None:
+        """An evaluation's loss and metrics (eval_loss, eval_<name>): a metrics.jsonl line of their own,
+        or, after the last step, that step's line; and eval/* curves."""
+        if not evaluation or not self.file:
+            return
+        figures = {"eval_loss": evaluation["loss"],
+                   **{f"eval_{name}": value for name, value in evaluation["metrics"].items()}}
+        if self.curves:
+            self.curves.log(step, figures)
+        if self._last is not None and self._last["step"] == step:
             self._last.update(figures)
-            if self.curves:
-                self.curves.log(self._last["step"], figures)
+        else:
+            self._write({"step": step, "epoch": epoch, **figures, "time": time.time()})
 
     def close(self) -> None:
         if self.file and self._last is not None:

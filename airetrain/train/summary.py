@@ -55,6 +55,8 @@ class Finish:
     figures: dict                # gathered_figures: data wait, peak memory, GPU use over the ranks
     evaluation: dict | None      # evaluate's loss and metrics; None without a test split
     hosts: list[str]             # every rank's host
+    eval_s: float = 0.0          # seconds of this session's evaluations, outside train_s
+    evaluations: int = 0         # evaluations this session made
 
 
 def train_record(s, progress, checkpoints, end: Finish) -> TrainRecord:
@@ -99,6 +101,8 @@ def train_record(s, progress, checkpoints, end: Finish) -> TrainRecord:
         eval_loss=evaluated["loss"],
         eval_accuracy=evaluated["metrics"].get("accuracy"),
         eval_metrics=evaluated["metrics"],
+        eval_s=round(end.eval_s, 3),
+        evaluations=end.evaluations,
         slurm_job_id=os.environ.get("SLURM_JOB_ID"),
         hostnames=end.hosts,
         launch_host=socket.gethostname(),

@@ -74,8 +74,8 @@ def test_the_unet_segments_the_shapes_and_resumes_bit_exactly_after_a_kill(tmp_p
     summary = killed_and_resumed_equals_uninterrupted(
         tmp_path, {**UNET, "train": {**UNET["train"], "epochs": 3}, "checkpoint": {"every_steps": 4}}, steps=3 * 16)
     assert summary["eval_metrics"]["dice"] > 0 and summary["eval_accuracy"] > 0.5
-    losses = [json.loads(line)["loss"] for line in (tmp_path / "cut/results/t/metrics.jsonl").read_text().splitlines()]
-    assert losses[-1] < losses[0]   # it learns
+    curve = losses(tmp_path / "cut/results/t")
+    assert curve[-1] < curve[0]   # it learns
     assert summary["parallel_units"] == {"how": "repeated blocks of up", "count": 3, "classes": {"ConvBlock": 3}}
 
 

@@ -30,13 +30,33 @@ def test_training_learns_and_uses_accumulation(ddp_run):
     summary = read_json(out / "train.json")
     assert summary["world_size"] == 2 and summary["grad_accum"] == 2  # 64 = 16 x 2 x 2
     assert summary["eval_accuracy"] > 0.85
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    lines = [m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in m]
     assert lines[0]["loss"] > lines[-1]["loss"]
     assert [m["step"] for m in lines] == sorted(m["step"] for m in lines)
     assert all(m["grad_norm"] > 0 for m in lines)   # measured on every logged step, without clipping too
     progress = [line for line in proc.stdout.splitlines() if "samples/s" in line]
     assert progress and all(line.startswith("[rank 0]") for line in progress)  # rank 0 logs alone
     assert any("ETA" in line and "loss" in line for line in progress)
+
+
+def test_an_evaluation_at_every_epochs_end_in_metrics_jsonl_and_tensorboard(ddp_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _, out, proc = ddp_run
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evaluations = [line for line in lines if "eval_loss" in line]
+    per_epoch = 1437 // 64
+    assert [line["step"] for line in evaluations] == [per_epoch * e for e in (1, 2, 3, 4)]
+    assert [line["epoch"] for line in evaluations] == [0, 1, 2, 3]
+    assert all(0 < line["eval_accuracy"] <= 1 for line in evaluations)
+    assert "loss" in evaluations[-1]   # the final one shares the last step's line
+    curves = EventAccumulator(str(out / "tensorboard"))
+    curves.Reload()
+    assert [e.step for e in curves.Scalars("eval/loss")] == [line["step"] for line in evaluations]
+    summary = read_json(out / "train.json")
+    assert summary["evaluations"] == 4 and summary["eval_s"] > 0
+    assert summary["eval_loss"] == evaluations[-1]["eval_loss"]   # the final evaluation, not a fifth one
+    assert "no validation split: the evaluations during training run on the test split" in proc.stdout
 
 
 def test_train_json_has_every_field_with_plausible_values(ddp_run):
@@ -62,7 +82,8 @@ def fsdp_vs_ddp(tmp_path_factory):
     for strategy in ("ddp", "fsdp"):
         tmp = tmp_path_factory.mktemp(strategy)
         cfg = {"processes": 2, "strategy": strategy, "precision": "fp32", "optim": {"grad_clip_norm": CLIP},
-               "batch": {"global": 64, "per_device": 16}, "train": {"epochs": 2, "log_every_steps": 2}}
+               "batch": {"global": 64, "per_device": 16},
+               "train": {"epochs": 2, "log_every_steps": 2, "eval_every_steps": 10}}
         out, _ = launch_training(tmp, cfg, dump=tmp / "params")
         runs[strategy] = (tmp, out)
     return runs
@@ -78,12 +99,17 @@ def test_fsdp_ends_with_identical_full_parameters_on_every_rank(fsdp_vs_ddp):
 def test_ddp_and_fsdp_clip_by_the_same_global_norm_and_follow_the_same_curves(fsdp_vs_ddp):
     curves, norms = {}, {}
     for strategy, (_, out) in fsdp_vs_ddp.items():
-        lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        lines = [m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in m]
         curves[strategy] = [line["loss"] for line in lines]
         norms[strategy] = [line["grad_norm"] for line in lines]
     assert len(curves["ddp"]) == len(curves["fsdp"]) > 5
     for a, b in zip(curves["ddp"], curves["fsdp"]):
         assert b == pytest.approx(a, rel=1e-3, abs=1e-4)
+    # every 10 steps and at each epoch's end (22 steps), over both ranks' shares, the same under both
+    evals = {strategy: [(m["step"], m["eval_loss"]) for m in map(json.loads, (out / "metrics.jsonl").read_text()
+                        .splitlines()) if "eval_loss" in m] for strategy, (_, out) in fsdp_vs_ddp.items()}
+    assert [step for step, _ in evals["ddp"]] == [step for step, _ in evals["fsdp"]] == [10, 20, 22, 30, 40, 44]
+    assert [loss for _, loss in evals["fsdp"]] == pytest.approx([loss for _, loss in evals["ddp"]], rel=1e-3)
     # FSDP's norm is reduced over both ranks' shards: the same as DDP's over whole gradients
     assert norms["fsdp"] == pytest.approx(norms["ddp"], rel=1e-3)
     assert sum(norm > CLIP for norm in norms["ddp"]) >= len(norms["ddp"]) // 2   # the clipping bit

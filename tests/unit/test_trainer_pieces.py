@@ -105,12 +105,17 @@ def test_progress_logs_every_n_steps_and_the_last_with_the_windows_mean_loss(pro
     progress = Progress(D, PLAN, total_steps=5, metrics_path=tmp_path / "metrics.jsonl")
     for step, loss in enumerate([1.0, 3.0, 5.0, 7.0, 9.0], start=1):
         progress.step_done(step, 0, torch.tensor(loss), wait_s=0.25, step_s=1.0)
-    progress.evaluated({"loss": 0.5, "metrics": {"accuracy": 0.75}})
+        if step == 3:   # an evaluation during training: a line of its own
+            progress.evaluated(3, 0, {"loss": 0.7, "metrics": {"accuracy": 0.5}})
+    progress.evaluated(5, 0, {"loss": 0.5, "metrics": {"accuracy": 0.75}})   # the final one joins the last line
     progress.close()
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [2, 4, 5]
-    assert [line["loss"] for line in lines] == [2.0, 6.0, 9.0]
-    assert all(line["data_wait_frac"] == 0.25 for line in lines)
+    assert [line["step"] for line in lines] == [2, 3, 4, 5]
+    train = [line for line in lines if "loss" in line]
+    assert [line["loss"] for line in train] == [2.0, 6.0, 9.0]
+    assert all(line["data_wait_frac"] == 0.25 for line in train)
+    assert {k: lines[1][k] for k in ("epoch", "eval_loss", "eval_accuracy")} == {"epoch": 0, "eval_loss": 0.7,
+                                                                                   "eval_accuracy": 0.5}
     assert lines[-1]["eval_loss"] == 0.5 and lines[-1]["eval_accuracy"] == 0.75 and "eval_loss" not in lines[0]
     assert progress.steps == 5 and progress.loss == 9.0
     assert progress.warmup_steps == 1 and 0 < progress.warmup_s   # a fifth of 5 steps
