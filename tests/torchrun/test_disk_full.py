@@ -100,7 +100,7 @@ def test_a_durable_root_that_fills_at_promotion_fails_clearly_and_a_rerun_comple
     durable = tmp_path / "scratch" / "airetrain" / "t" / "checkpoints"
     earlier = store.entries(durable)
     # scratch's copy of the final checkpoint is lost, and scratch is now a full filesystem of its own
-    scratch = small_filesystem(tmp_path / "full-scratch", "4m")
+    scratch = small_filesystem(tmp_path / "full-scratch", "8m")
     moved = scratch / "checkpoints"
     moved.mkdir()
     for entry in earlier[:-1]:
@@ -124,6 +124,7 @@ def test_a_durable_root_that_fills_at_promotion_fails_clearly_and_a_rerun_comple
     promoted = run(cmd)   # no retraining: the fast root's copy is promoted
     assert "copied" in promoted.stdout and read_json(out / "train.json") == train
     assert no_partial_checkpoints(moved)[-1] == earlier[-1]["file"]
+    assert (moved / "model.safetensors").is_file()   # and the weights beside it
 
 
 def test_no_space_error_names_the_filesystem_and_the_sizes(tmp_path, small_filesystem):
