@@ -118,6 +118,7 @@ class Optim(_Record):
     schedule: str
     warmup_steps: int
     grad_clip_norm: float | None
+    no_decay_norm_bias: bool
     fused: bool | None
 
 

@@ -157,6 +157,16 @@ def paced(meta, cfg):
 
 def block_forever():
     threading.Event().wait()
+
+
+def rmsprop(model, cfg):
+    """A user's own optimizer: its square averages are state that a resume must restore."""
+    return torch.optim.RMSprop(model.parameters(), lr=cfg["lr"], alpha=0.9)
+
+
+def halved(step, total_steps, cfg):
+    """A user's own schedule: the full rate for the first half of the steps, half of it after."""
+    return 1.0 if step < total_steps // 2 else 0.5
 '''
 
 

@@ -27,6 +27,12 @@ GB = 1e9
 OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8, "sgd": 4}  # fp32 moments (Adam: 2, SGD momentum: 1)
 
 
+def optimizer_bytes(name: str) -> int:
+    """Optimizer state per parameter; a user's optimizer is counted as Adam's (two fp32 moments), the
+    most common and among the largest."""
+    return OPTIMIZER_BYTES_PER_PARAM.get(name, OPTIMIZER_BYTES_PER_PARAM["adamw"])
+
+
 def _measure(model, step, model_cfg: Model) -> tuple[int, int, int]:
     """(parameters, bytes autograd saves for backward while step() runs, FSDP units) of a meta model."""
     saved = 0
@@ -90,7 +96,7 @@ def estimate(run: RunConfig, meta: dict | None, world: int, per_device: int,
                                              "limit, not an error of the code; DDP"}
     if run.precision != "fp32":
         activations //= 2  # autocast keeps most saved activations in 16 bits
-    state = params * (4 + 4 + OPTIMIZER_BYTES_PER_PARAM[run.optim.name])  # weights, grads, optimizer
+    state = params * (4 + 4 + optimizer_bytes(run.optim.name))  # weights, grads, optimizer
     ddp = state + activations
     # FSDP shards the state; with activation checkpointing only block inputs stay, plus one block's
     fsdp = state / world + activations * 2 / max(blocks, 1)
@@ -103,7 +109,7 @@ def estimate(run: RunConfig, meta: dict | None, world: int, per_device: int,
         "fsdp_per_gpu_gb": round(fsdp / GB, 3),
         "budget_gb": budget,
         # a checkpoint: fp32 weights and optimizer state (the durable root must hold checkpoint.keep + 1)
-        "checkpoint_bytes": params * (4 + OPTIMIZER_BYTES_PER_PARAM[run.optim.name]),
+        "checkpoint_bytes": params * (4 + optimizer_bytes(run.optim.name)),
         "fsdp_units": blocks,   # what FSDP would shard one by one (parallel/fsdp_units.py)
         "decision": "ddp" if fits else "fsdp",
         "reason": (f"DDP needs {ddp / GB:.2f} GB per GPU, {'within' if fits else 'over'} the {budget:g} GB budget"

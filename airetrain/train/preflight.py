@@ -2,7 +2,7 @@
 
 On Aire a run waits in the GPU queue before it starts: a model module that does not import, or a
 dataset builder that raises, would otherwise fail only then, on the node. So the plan step imports
-every module a run names (model, dataset, loss, forward, metrics), builds the model on the meta
+every module a run names (model, dataset, loss, forward, metrics, optimizer, schedule), builds the model on the meta
 device (no memory) and one batch of a user dataset from its copy on scratch, and checks that a
 script exists and compiles. An error there fails the plan step of that run alone, naming the
 config key and the exception; the other runs go on.
@@ -28,7 +28,8 @@ class UserCodeError(ConfigError):
 def named_code(run: RunConfig) -> dict[str, str]:
     """{config key: 'package.module:function'} of the user code a run names (built-in names have no colon)."""
     keys = {"model.name": run.model.name, "data.name": run.data.name, "train.loss": run.train.loss,
-            "train.forward": run.train.forward, "train.metrics": run.train.metrics}
+            "train.forward": run.train.forward, "train.metrics": run.train.metrics,
+            "optim.name": run.optim.name, "optim.schedule": run.optim.schedule}
     return {key: path for key, path in keys.items() if path and ":" in path}
 
 

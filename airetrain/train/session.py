@@ -81,7 +81,7 @@ def build(plan: Plan, staged: StageRecord, d: Dist) -> Session:
     probe = first_batch(data.train_set, plan.batch.per_device, d.device)
     flops = efficiency.micro_batch_flops(model, objective, probe, d.device, plan.precision)
     par = Parallel(model, plan, d.device)
-    optimizer = make_optimizer(cfg.optim, model.parameters(), d.device.type)
+    optimizer = make_optimizer(cfg.optim, model, d.device.type)   # FSDP: its parameters sharded in place
     scheduler = make_scheduler(cfg.optim, optimizer, data.steps_per_epoch * cfg.train.epochs)
     scaler = torch.amp.GradScaler(d.device.type, enabled=plan.precision == "fp16")
     return Session(plan, d, data, par, objective, optimizer, scheduler, scaler, probe, flops)

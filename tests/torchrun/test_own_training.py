@@ -32,6 +32,21 @@ def test_a_regression_with_its_own_mse_loss_learns_resumes_bit_exactly_and_repor
     assert summary["parallel_units"]["how"] == "repeated blocks of the model"
 
 
+@pytest.mark.parametrize("optim", [{"name": "ownlab.lab:rmsprop", "schedule": "ownlab.lab:halved", "lr": 0.003},
+                                   {"name": "adamw", "no_decay_norm_bias": True, "weight_decay": 0.1}],
+                         ids=["own-optimizer-and-schedule", "no-decay-norm-bias"])
+def test_a_users_optimizer_and_schedule_and_no_decay_groups_resume_bit_exactly(tmp_path, ownlab, optim):
+    cfg = {**REGRESSION, "optim": optim, "checkpoint": {"every_steps": 3}}
+    killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps=4 * 16, env=ownlab)
+    if optim["name"] != "adamw":   # the schedule ran: the full rate, then half of it (TensorBoard's train/lr)
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        curves = EventAccumulator(str(tmp_path / "ref/results/t/tensorboard"))
+        curves.Reload()
+        lrs = [round(e.value, 7) for e in curves.Scalars("train/lr")]
+        assert set(lrs) == {0.003, 0.0015} and lrs[0] == 0.003 and lrs[-1] == 0.0015
+
+
 def test_dict_batches_a_returned_loss_object_and_no_test_split_under_fsdp(tmp_path, ownlab):
     cfg = {"processes": 2, "precision": "fp32", "strategy": "fsdp", "activation_checkpointing": True,
            "batch": {"global": 32, "per_device": 16}, "model": {"name": "ownlab.lab:decoder"},

@@ -25,7 +25,8 @@ def test_embedded_default_is_valid_and_complete():
 def test_unknown_key_names_key_place_and_allowed_keys():
     msg = errors_of({"runs": {"a": {"optim": {"lrr": 0.1}}}})
     assert "'lrr'" in msg and "runs.a.optim" in msg
-    assert "allowed keys: fused, grad_clip_norm, lr, momentum, name, schedule, warmup_steps, weight_decay" in msg
+    assert ("allowed keys: fused, grad_clip_norm, lr, momentum, name, no_decay_norm_bias, schedule, warmup_steps, "
+            "weight_decay") in msg
 
 
 def test_unknown_top_level_and_defaults_keys():
@@ -55,7 +56,8 @@ def test_runs_deep_merge_onto_defaults():
     _, runs = config.resolve({"defaults": {"optim": {"lr": 0.5}, "batch": {"global": 128}},
                               "runs": {"a": {"optim": {"name": "sgd"}}, "b": {"batch": {"global": 256}}}})
     assert runs["a"].optim.to_dict() == {"name": "sgd", "lr": 0.5, "weight_decay": 0.01, "momentum": 0.9,
-                                     "schedule": "constant", "warmup_steps": 0, "grad_clip_norm": None, "fused": None}
+                                     "schedule": "constant", "warmup_steps": 0, "grad_clip_norm": None, "fused": None,
+                                     "no_decay_norm_bias": False}
     assert runs["a"].batch.global_ == 128 and runs["b"].batch.global_ == 256
     assert runs["b"].optim.name == "adamw"
 

@@ -185,12 +185,12 @@ def test_the_faster_paths_are_options_that_take_effect(process_group):
     x, y = batches.to_device((torch.randn(4, 1, 8, 8).permute(0, 1, 3, 2), torch.arange(4)), torch.device("cpu"),
                              par.memory_format)
     assert x.is_contiguous(memory_format=torch.channels_last) and y.dim() == 1   # images only
-    assert make_optimizer(plan.config.optim, model.parameters()).defaults["fused"] is True
+    assert make_optimizer(plan.config.optim, model).defaults["fused"] is True
     # null: fused on CPU, where it was measured faster; torch's own choice on CUDA until measured there
     unset = plan.config.optim.replace(fused=None)
-    assert make_optimizer(unset, model.parameters(), "cpu").defaults["fused"] is True
-    assert make_optimizer(unset, model.parameters(), "cuda").defaults["fused"] is None
-    assert not make_optimizer(unset.replace(fused=False), model.parameters()).defaults["fused"]
+    assert make_optimizer(unset, model, "cpu").defaults["fused"] is True
+    assert make_optimizer(unset, model, "cuda").defaults["fused"] is None
+    assert not make_optimizer(unset.replace(fused=False), model).defaults["fused"]
 
 
 @pytest.mark.parametrize("run, message", [
