@@ -171,8 +171,8 @@ def _launch(args) -> None:
 
 def _promote(args) -> None:
     from .checkpoint import store
-    from .checkpoint.promote import promote
-    from .checkpoint.weights import write_weights
+    from .checkpoint.promote import promote, promote_best
+    from .checkpoint.weights import BEST_WEIGHTS, write_weights
     from .records import CheckpointRecord, Plan, RunRecord, TrainRecord, read_record, write_record
     from .run_log import run_record
 
@@ -180,6 +180,9 @@ def _promote(args) -> None:
     result = promote(train["checkpoint"], plan.checkpoints_dir, plan.config.checkpoint.keep)
     if result["kind"] != store.MIRROR:   # a script's checkpoints are its own format
         result["weights"] = write_weights(result)
+        if best := promote_best(result, plan.checkpoints_dir, plan.config.checkpoint.keep):
+            result["best"] = {"path": best["path"], **result["best"], "sha256": best["sha256"],
+                              "weights": write_weights(best, BEST_WEIGHTS)}
     write_record(args.out, CheckpointRecord, result)
     if args.record:
         record = run_record(plan, train, args.workflow_dir)
@@ -187,6 +190,10 @@ def _promote(args) -> None:
     print(f"promoted {result['path']} ({result['size']} bytes, sha256 {result['sha256'][:12]}…): {result['mode']}")
     if "weights" in result:
         print(f"weights: {result['weights']['path']} ({result['weights']['size']} bytes, safetensors)")
+    if "best" in result:
+        b = result["best"]
+        print(f"best: step {b['step']} (epoch {b['epoch']}), {b['metric']} {b['value']:.6g}: {b['path']}, "
+              f"weights {b['weights']['path']}")
 
 
 def _history(args) -> None:

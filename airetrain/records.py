@@ -179,6 +179,13 @@ class TrainRecord(TypedDict):
     eval_s: NotRequired[Doc[float, "seconds this session spent evaluating (train.eval_every_epochs, eval_every_steps), "
                                    "kept out of train_seconds, throughput and MFU"]]
     evaluations: NotRequired[Doc[int, "evaluations this session made (each a metrics.jsonl line with eval_loss)"]]
+    best: NotRequired[Doc[Optional[dict], "the best evaluation by checkpoint.monitor: step, epoch, metric, value "
+                                          "(none without monitor or an evaluation split)"]]
+    init: NotRequired[Doc[Optional[dict], "what model.init_from loaded: source, sha256, missing and unexpected "
+                                          "keys (none without init_from)"]]
+    parameters: NotRequired[Doc[dict, "parameter counts: trainable, frozen (model.freeze)"]]
+    stopped_early: NotRequired[Doc[Optional[dict], "where early stopping ended training: step, epoch, best_step, "
+                                                   "best_value (none where it trained every epoch)"]]
     slurm_job_id: Doc[Optional[str], "the SLURM job (none outside SLURM)"]
     hostnames: Doc[list, "the hosts of every rank"]
     launch_host: Doc[str, "the host of rank 0"]
@@ -218,6 +225,8 @@ class CheckpointRecord(TypedDict):
     verified: Doc[bool, "its bytes were hashed and it loaded with weights_only=True"]
     weights: NotRequired[Doc[dict, "model.safetensors beside it: the model's weights alone, unsharded, under the "
                                    "module's own names (file, path, sha256, size, step); not for script mode"]]
+    best: NotRequired[Doc[dict, "the best checkpoint by checkpoint.monitor, durable and verified: path, step, "
+                                "epoch, metric, value, sha256, and weights (best.safetensors beside it)"]]
 
 
 class RunRecord(TypedDict):

@@ -79,6 +79,9 @@ class Model(_Record):
     dims: int
     levels: int
     fsdp_units: list[str] | None
+    init_from: str | dict | None    # a path, or {run, which}
+    init_strict: bool
+    freeze: list[str]
 
 
 @dataclass(frozen=True)
@@ -123,10 +126,18 @@ class Optim(_Record):
 
 
 @dataclass(frozen=True)
+class EarlyStop(_Record):
+    patience: int
+    min_delta: float = 0.0   # not a schema default: a default inside an option that is null by default
+                             # breaks Snakemake's validate(), which sets defaults below a null
+
+
+@dataclass(frozen=True)
 class Train(_Record):
     epochs: int
     eval_every_epochs: int
     eval_every_steps: int | None
+    early_stop: EarlyStop | None
     seed: int
     deterministic: bool
     log_every_steps: int
@@ -144,6 +155,8 @@ class Checkpoint(_Record):
     every_epochs: int
     every_steps: int | None
     keep: int
+    monitor: str | None
+    mode: str
     async_: bool
     writer: str
     stop_margin_min: float

@@ -44,7 +44,7 @@ def defaults_from_schema(schema: dict, root: dict | None = None) -> Any:
     """A complete default value built from the schema's `default:` entries."""
     root = root or schema
     schema = resolve_ref(schema, root)
-    if "properties" in schema:
+    if "properties" in schema and schema.get("default", {}) is not None:   # null: an option off by default
         out = {}
         for key, sub in schema["properties"].items():
             value = defaults_from_schema(sub, root)
@@ -120,6 +120,22 @@ def numbers(value: Any, schema: dict, root: dict | None = None) -> Any:
         items = resolve_ref(schema, root).get("items")
         return [numbers(item, items, root) for item in value] if isinstance(items, dict) else value
     return value
+
+
+def complete(value: Any, schema: dict, root: dict | None = None) -> Any:
+    """value with the schema's defaults filled in wherever an object is given without some of its
+    keys, also under an option that is off (null) by default: train.early_stop: {patience: 3}."""
+    root = root or schema
+    schema = resolve_ref(schema, root)
+    if not isinstance(value, dict) or "properties" not in schema:
+        return value
+    out = dict(value)
+    for key, sub in schema["properties"].items():
+        if key in out:
+            out[key] = complete(out[key], sub, root)
+        elif (default := defaults_from_schema(sub, root)) is not _MISSING:
+            out[key] = default
+    return out
 
 
 def run_defaults() -> dict:

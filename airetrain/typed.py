@@ -2,8 +2,9 @@
 record file holds, and written back as the same dicts.
 
 Reading checks the keys: a dict with a key the record lacks, or without one it has, is refused with
-the keys named (RecordError). A field named like a Python keyword plus `_` (`global_`, `async_`)
-holds the key without the underscore (`global`, `async`). Fields typed Path hold a str in JSON.
+the keys named (RecordError); a field with a default may be left out. A field named like a Python
+keyword plus `_` (`global_`, `async_`) holds the key without the underscore (`global`, `async`).
+Fields typed Path hold a str in JSON.
 """
 from __future__ import annotations
 
@@ -46,13 +47,16 @@ def from_dict(cls, data, where: str = ""):
     if not isinstance(data, dict):
         raise RecordError(f"{name}: expected an object with the fields of {cls.__name__}, got {type(data).__name__}")
     fields = {key_of(f.name): f for f in dataclasses.fields(cls)}
-    missing, unknown = sorted(fields.keys() - data.keys()), sorted(data.keys() - fields.keys())
+    optional = {k for k, f in fields.items() if f.default is not dataclasses.MISSING}
+    missing, unknown = sorted(fields.keys() - data.keys() - optional), sorted(data.keys() - fields.keys())
     if missing or unknown:
         raise RecordError(f"{name} is not a {cls.__name__}: " + "; ".join(
             part for part in (missing and f"missing {', '.join(missing)}",
                               unknown and f"unknown {', '.join(unknown)}") if part))
     values = {}
     for key, f in fields.items():
+        if key not in data:
+            continue   # its default
         value, kind = data[key], _unwrap(_hints(cls)[f.name])
         if value is not None and kind is Path:
             value = Path(value)

@@ -2,7 +2,7 @@
 
     ckpt = Checkpointer(d, par, optimizer, plan, fast_root, fast_node_local)
     trainer = ckpt.restore()                  # None on a fresh start; every rank gets the trainer state
-    ckpt.save_if_due(position, steps_per_epoch, session.trainer_state)   # after every step: the policy decides
+    ckpt.save_if_due(position, steps_per_epoch, session.trainer_state, now=best)   # after every step
     ckpt.save(trainer, blocking=True)         # now, and durable before it returns (a stop)
     ckpt.finish()                             # waits for the last write and its promotion
 
@@ -86,12 +86,13 @@ def cpu_copy(tree, buffers: dict, shared: bool = False, path: tuple = ()):
 
 
 class Checkpointer:
-    def __init__(self, d, par, optimizer, plan: Plan, fast_root: Path, fast_node_local: bool):
+    def __init__(self, d, par, optimizer, plan: Plan, fast_root: Path, fast_node_local: bool,
+                 init_sha256: str | None = None):
         cfg = plan.config.checkpoint
         self.d, self.par, self.optimizer = d, par, optimizer
         self.sharded = par.strategy == "fsdp"
         self.durable = plan.checkpoints_dir
-        self.fingerprint = store.fingerprint(plan.config)
+        self.fingerprint = store.fingerprint(plan.config, init_sha256)
         self.keep = cfg.keep
         self.path = background.choose(
             cfg.writer, cfg.async_, self.sharded, d.device.type == "cuda",
@@ -121,10 +122,11 @@ class Checkpointer:
         self._shared: bool | None = None   # decided at the first save, once the state's size is known
 
     # ---- saving
-    def save_if_due(self, position: Position, steps_per_epoch: int, trainer_state) -> bool:
-        """Save (in the background) where the policy says this position is due; whether it did. A
-        collective: every rank calls it after every step. trainer_state() gives the state to save."""
-        if not self.policy.due_at(position, steps_per_epoch):
+    def save_if_due(self, position: Position, steps_per_epoch: int, trainer_state, now: bool = False) -> bool:
+        """Save (in the background) where the policy says this position is due, or now (the newest
+        best); whether it did. A collective: every rank calls it after every step. trainer_state()
+        gives the state to save."""
+        if not (now or self.policy.due_at(position, steps_per_epoch)):
             return False
         self.save(trainer_state())
         return True

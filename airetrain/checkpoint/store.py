@@ -46,19 +46,23 @@ class CheckpointError(RuntimeError):
 
 
 # Keys that do not change what is computed: a run whose config differs only in these resumes.
-# (epochs is one: raising it continues training from the newest checkpoint.)
+# (epochs is one: raising it continues training from the newest checkpoint; early_stop another: it
+# only decides where training ends.)
 _NOT_FINGERPRINTED = {"time_min", "slurm", "checkpoint", "cpus_per_rank", "mem_gb_per_rank"}
 _NOT_FINGERPRINTED_NESTED = {("data", "workers"), ("data", "verify_sha256"), ("train", "log_every_steps"),
-                             ("train", "epochs")}
+                             ("train", "epochs"), ("train", "early_stop")}
 
 
 FORMAT = 3  # bump when the checkpoint's layout changes: older files are then never resumed from
 
 
-def fingerprint(config: RunConfig) -> str:
-    """Hash of the training-relevant config: a checkpoint resumes only a run with the same one."""
+def fingerprint(config: RunConfig, init_sha256: str | None = None) -> str:
+    """Hash of the training-relevant config, and of the weights it starts from (model.init_from's
+    sha256): a checkpoint resumes only a run with the same ones."""
     kept = {k: v for k, v in config.to_dict().items() if k not in _NOT_FINGERPRINTED}
     kept["__format__"] = FORMAT
+    if init_sha256:
+        kept["__init__"] = init_sha256
     for section, key in _NOT_FINGERPRINTED_NESTED:
         kept[section] = {k: v for k, v in kept.get(section, {}).items() if k != key}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
@@ -100,8 +104,16 @@ def same(a: dict, b: dict) -> bool:
     return _listed(a) == _listed(b)
 
 
+def best_of(trainer: dict) -> dict:
+    """What a manifest entry says of the best checkpoint (checkpoint.monitor) as of its own step:
+    {"best": {step, epoch, metric, value}}, or nothing where the run monitors none."""
+    best = (trainer.get("monitor") or {}).get("best")
+    return {"best": best} if best else {}
+
+
 def record(directory: Path, entry: dict, keep: int | None = None) -> None:
-    """Add entry to the directory's manifest; with keep, delete all but the newest `keep` checkpoints.
+    """Add entry to the directory's manifest; with keep, delete all but the newest `keep` checkpoints
+    and the best one (the step the newest entry names as best).
 
     The caller has verified the new checkpoint, so an older one is only removed once a newer,
     verified one is in the same directory."""
@@ -112,8 +124,9 @@ def record(directory: Path, entry: dict, keep: int | None = None) -> None:
     # are never counted against keep, nor can their higher steps push out the one just written.
     others = [e for e in listed if e.get("fingerprint") != entry.get("fingerprint")]
     kept = sorted([e for e in listed if e not in others] + [entry], key=lambda e: e["step"])
-    dropped = kept[:-keep] if keep else []
-    manifest["checkpoints"] = others + (kept[-keep:] if keep else kept)
+    best_step = (kept[-1].get("best") or {}).get("step")
+    dropped = [e for e in kept[:-keep] if e["step"] != best_step] if keep else []
+    manifest["checkpoints"] = others + [e for e in kept if e not in dropped]
     write_json_atomic(directory / MANIFEST, manifest)  # the manifest first: it never names a deleted file
     for old in dropped:
         remove(directory / old["file"])
@@ -157,7 +170,7 @@ def write_file(state: dict, directory: str | Path, step: int, fingerprint: str) 
         size, sha256 = write_stream_atomic(final, lambda f: torch.save(state, f))
     trainer = state["trainer"]
     return {"file": final.name, "kind": FILE, "step": step, "epoch": trainer["epoch"], "size": size,
-            "sha256": sha256, "fingerprint": fingerprint, "path": str(final)}
+            "sha256": sha256, "fingerprint": fingerprint, **best_of(trainer), "path": str(final)}
 
 
 def save_file(state: dict, directory: str | Path, step: int, fingerprint: str, keep: int | None) -> dict:
@@ -183,7 +196,8 @@ def commit_dir(partial: Path, trainer: dict, fingerprint: str) -> dict:
     commit(partial, final)
     size = sum((final / n).stat().st_size for n in files)
     return {"file": final.name, "kind": DCP, "step": trainer["step"], "epoch": trainer["epoch"], "size": size,
-            "sha256": digest_of(files), "files": files, "fingerprint": fingerprint, "path": str(final)}
+            "sha256": digest_of(files), "files": files, "fingerprint": fingerprint, **best_of(trainer),
+            "path": str(final)}
 
 
 def _load(path: Path):

@@ -19,6 +19,7 @@ from ..fsutil import room_for, write_bytes_atomic
 from .promote import DURABLE_ROOT
 
 WEIGHTS = "model.safetensors"
+BEST_WEIGHTS = "best.safetensors"
 
 
 def model_state(entry: dict) -> dict[str, torch.Tensor]:

@@ -14,7 +14,7 @@ import yaml
 
 from ..errors import ConfigError
 from ..run_config import RunConfig, Settings
-from ..schema import defaults_from_schema, load_schema, numbers, resolve_ref as _resolve_ref
+from ..schema import complete, defaults_from_schema, load_schema, numbers, resolve_ref as _resolve_ref
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 SLURM_NAME = SAFE_NAME   # accounts and QoS, also where they come from the environment ($SBATCH_ACCOUNT)
@@ -68,6 +68,11 @@ def _friendly(error: jsonschema.ValidationError, root: dict) -> str:
         return f"{where} = {error.instance!r} is not allowed; allowed values: " + ", ".join(
             repr(v) for v in error.validator_value
         )
+    if error.validator == "anyOf" and isinstance(error.instance, dict):   # the object form's own errors
+        objects = {i for i, sub in enumerate(error.validator_value) if sub.get("type") == "object"}
+        inner = [e for e in error.context if e.relative_schema_path and e.relative_schema_path[0] in objects]
+        if inner:
+            return "; ".join(_friendly(e, root) for e in inner)
     if error.validator == "anyOf":  # a built-in name or an import path
         names = [v for sub in error.validator_value for v in sub.get("enum", [])]
         return (f"{where} = {error.instance!r} is not allowed; allowed values: "
@@ -118,24 +123,84 @@ def has_run_key(schema: dict, dotted: str) -> bool:
 
 
 def resolve(config: dict) -> tuple[Settings, dict[str, RunConfig]]:
-    """Validate, expand the sweep, and return (the settings every run shares, {run name: its config}),
+    """Validate, expand the sweeps, and return (the settings every run shares, {run name: its config}),
     as typed records made from the complete config."""
-    from . import sweep
-
     schema = load_schema()
+    config, own = _own_sweeps(config)
     config = numbers(config, schema)   # lr: 1e-4, which YAML 1.1 reads as a string
     validate(config, schema)
-    grid = config.get("sweep") or {}
-    sweep.check_keys(grid, lambda key: has_run_key(schema, key))
-    grid = {key: numbers(values, {"type": "array", "items": run_key_schema(schema, key)}, schema)
-            for key, values in grid.items()}   # a run's name shows the number, as written in any form
-    expanded = {**config, "runs": sweep.expand(config["runs"], grid, deep_merge)}
-    if grid:
+    grid = _grid(config.get("sweep") or {}, schema)
+    grids = {name: {**grid, **_grid(own[name], schema, f"runs.{name}.sweep")} if name in own else grid
+             for name in config["runs"]}
+    expanded = {**config, "runs": _expanded(config["runs"], grids)}
+    if any(grids.values()):
         validate(expanded, schema)  # the grid's values, checked where they land
     top = deep_merge(defaults_from_schema(schema), {k: v for k, v in expanded.items() if k not in ("runs", "sweep")})
     base = top.pop("defaults")
     runs = {}
     for name, overrides in expanded["runs"].items():
         check_name(name)
-        runs[name] = RunConfig.from_dict(deep_merge(base, overrides or {}), f"runs.{name}")
+        runs[name] = RunConfig.from_dict(complete(deep_merge(base, overrides or {}), schema["$defs"]["run"], schema),
+                                         f"runs.{name}")
+    check_init_from(runs)
     return Settings.from_dict({"roots": top["roots"], "site": top["site"]}), runs
+
+
+def _own_sweeps(config: dict) -> tuple[dict, dict]:
+    """(the config without the runs' own `sweep:` keys, {run: its grid}): a run may carry a grid
+    that expands it alone, beside the top-level one that expands every run."""
+    runs = config.get("runs")
+    if not isinstance(runs, dict):
+        return config, {}
+    own = {name: run["sweep"] for name, run in runs.items() if isinstance(run, dict) and "sweep" in run}
+    if not own:
+        return config, {}
+    return {**config, "runs": {name: ({k: v for k, v in run.items() if k != "sweep"} if name in own else run)
+                               for name, run in runs.items()}}, own
+
+
+def _grid(grid, schema: dict, where: str = "sweep") -> dict:
+    """A sweep grid checked (known dotted keys, a list of values each) and its numbers read."""
+    from . import sweep
+
+    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+        raise ConfigError(f"{where} must map dotted run keys to lists of values, e.g. {{optim.lr: [1e-3, 3e-4]}}")
+    sweep.check_keys(grid, lambda key: has_run_key(schema, key), where)
+    return {key: numbers(values, {"type": "array", "items": run_key_schema(schema, key)}, schema)
+            for key, values in grid.items()}   # a run's name shows the number, as written in any form
+
+
+def _expanded(runs: dict, grids: dict[str, dict]) -> dict:
+    """Every run expanded by its grid; two runs that expand to one name are refused."""
+    from . import sweep
+
+    out: dict = {}
+    for name, overrides in runs.items():
+        for new, merged in sweep.expand({name: overrides}, grids[name], deep_merge).items():
+            if new in out:
+                raise ConfigError(f"sweep: two runs expand to {new!r}; rename one of them")
+            out[new] = merged
+    return out
+
+
+def starts_from(run: RunConfig) -> str | None:
+    """The run whose weights this run starts from (model.init_from: {run: ...}), or None."""
+    init = run.model.init_from
+    return init["run"] if isinstance(init, dict) else None
+
+
+def check_init_from(runs: dict[str, RunConfig]) -> None:
+    """Each model.init_from: {run: NAME} names another run of this config, and no run starts, through
+    a chain of them, from itself: refused before anything is submitted."""
+    for name, run in runs.items():
+        other = starts_from(run)
+        if other is not None and other not in runs:
+            raise ConfigError(f"runs.{name}.model.init_from.run: {other!r} is not a run of this config; its runs: "
+                              f"{', '.join(sorted(runs))}")
+        chain, at = [name], other
+        while at is not None:
+            chain.append(at)
+            if at == name:
+                raise ConfigError(f"runs.{name}.model.init_from: the runs start from each other in a cycle: "
+                                  f"{' -> '.join(chain)}")
+            at = starts_from(runs[at])

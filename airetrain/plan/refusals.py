@@ -72,6 +72,16 @@ def trainer(name: str, run: RunConfig, device: str, problems: list[str]) -> list
         problems.append(f"runs.{name}.ddp_bucket_mb applies to DDP; FSDP reduces per unit: remove it")
     if model.name in ("vit", "gpt") and model.width % model.heads:
         problems.append(f"runs.{name}.model.heads = {model.heads} does not divide model.width = {model.width}")
+    init = model.init_from
+    if isinstance(init, str) and not Path(init).expanduser().exists():
+        problems.append(f"runs.{name}.model.init_from: {init} does not exist (a path relative to "
+                        f"{Path.cwd()}, or absolute)")
+    if run.train.script and (init is not None or model.freeze):
+        problems.append(f"runs.{name}.model.init_from and model.freeze are the built-in trainer's; a "
+                        "train.script loads its own weights")
+    if run.train.early_stop and run.checkpoint.monitor is None:
+        problems.append(f"runs.{name}.train.early_stop watches checkpoint.monitor, which is null: set "
+                        "checkpoint.monitor (eval_loss, or eval_<metric>) or remove early_stop")
     return _trainer_warnings(name, run, device)
 
 

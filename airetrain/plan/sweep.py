@@ -40,10 +40,10 @@ def _nested(dotted: str, value) -> dict:
     return out
 
 
-def check_keys(sweep: dict, run_schema_has) -> None:
+def check_keys(sweep: dict, run_schema_has, where: str = "sweep") -> None:
     unknown = [key for key in sweep if not run_schema_has(key)]
     if unknown:
-        raise ConfigError(f"sweep: unknown key(s) {', '.join(map(repr, unknown))}; sweep keys are dotted run "
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; sweep keys are dotted run "
                           "keys such as optim.lr, gpus or batch.global")
 
 

@@ -58,6 +58,9 @@ COLUMNS = {
     "eval_loss": "mean loss on the held-out split (empty without a test split)",
     "eval_accuracy": "accuracy on the held-out split (classification and segmentation)",
     "eval_<metric>": "each further metric on the held-out split: dice for segmentation, or train.metrics' own",
+    "best": "the best value of the monitored metric (checkpoint.monitor) over the run's evaluations",
+    "best_epoch": "the epoch of that best evaluation, counted from 1; its checkpoint is kept and promoted",
+    "stopped_early": "the step where early stopping (train.early_stop) ended training; empty: it trained to the end",
     "requeues": "times SLURM requeued the job",
     "hangs": "hangs the watchdog caught (each one's stacks: <scratch>/airetrain/<run>/hangs/)",
     "seff_check": "where seff is installed, for the first 10 jobs: 'agrees' (within 0.1 point) or what differs",
@@ -149,6 +152,10 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
             row[key] = train.get(key)
         for name, value in (train.get("eval_metrics") or {}).items():
             row.setdefault(f"eval_{name}", value)
+        if best := train.get("best"):
+            row.update(best=best["value"], best_epoch=best["epoch"] + 1)
+        if stop := train.get("stopped_early"):
+            row["stopped_early"] = stop["step"]
         row["mfu"] = train.get("steady_mfu") or train.get("mfu")   # what the run sustains, not its compilation
         row["job_id"] = train.get("slurm_job_id") or row.get("job_id")
         if train.get("gpu_util_mean") is not None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 SHOWN = ["run", "state", "job_id", "job_state", "elapsed_s", "time_eff", "cpu_eff", "mem_eff", "gpu_hours",
          "gpu_util", "samples_per_s", "data_wait_frac", "stage_s", "stage_frac", "eval_loss", "eval_accuracy",
-         "eval_<metric>", "source"]
+         "eval_<metric>", "best", "best_epoch", "stopped_early", "source"]
 
 
 def to_markdown(df: pd.DataFrame) -> str:
@@ -88,7 +88,7 @@ KEY_COLUMNS = {"run": "run", "state": "state", "job_id": "job", "job_state": "SL
                "time_eff": "time eff", "cpus": "cores", "cpu_eff": "CPU eff", "mem_used_mb": "memory used",
                "mem_eff": "mem eff", "gpus": "GPUs", "gpu_util": "GPU busy", "gpu_hours": "GPU-hours",
                "samples_per_s": "samples/s", "data_wait_frac": "data wait", "hangs": "hangs",
-               "eval_loss": "eval loss", "eval_accuracy": "accuracy"}
+               "eval_loss": "eval loss", "eval_accuracy": "accuracy", "best": "best", "best_epoch": "best epoch"}
 GOOD, LOW = 0.7, 0.3   # a share of a request used: at least GOOD is green, under LOW red, amber between
 
 

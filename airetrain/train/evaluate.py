@@ -65,8 +65,9 @@ def _agreed_names(names: list[str], d: distributed.Dist) -> list[str]:
 class Evaluator:
     """The evaluations during training: after each step the schedule asks for (EvalPolicy; the last
     step always), over the evaluation split (loader.TrainData.eval_set). Each becomes a metrics.jsonl
-    line and eval/* curves (progress.evaluated), and its time is kept out of training's figures
-    (throughput, MFU): progress excludes it. The last one is the run's final evaluation."""
+    line and eval/* curves (progress.evaluated), goes to the session's monitor (the best so far,
+    early stopping), and its time is kept out of training's figures (throughput, MFU): progress
+    excludes it. The last one is the run's final evaluation."""
 
     def __init__(self, s, progress, hang):
         self.s, self.progress, self.hang = s, progress, hang
@@ -75,10 +76,14 @@ class Evaluator:
         self.count = 0
         self.last: tuple[int, dict] | None = None     # (step, evaluation) of the newest
 
-    def after_step(self) -> None:
+    def after_step(self) -> bool:
+        """Evaluate where the schedule asks; whether that evaluation is the monitored metric's new best."""
         s = self.s
-        if s.data.eval_set is not None and self.policy.due_at(s.position, s.data.steps_per_epoch):
-            self.progress.exclude(self._run()[1])
+        if s.data.eval_set is None or not self.policy.due_at(s.position, s.data.steps_per_epoch):
+            return False
+        evaluation, spent = self._run()
+        self.progress.exclude(spent)
+        return bool(s.monitor and evaluation and s.monitor.update(s.position.step, s.position.epoch, evaluation))
 
     def final(self) -> dict | None:
         """The run's final evaluation: the one after the last step, where this session made it (a

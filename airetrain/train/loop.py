@@ -22,7 +22,7 @@ from .. import run_log
 from ..hardware import NATIVE_BF16_FLAGS, cpu_bf16_native
 from ..checkpoint.manager import Checkpointer
 from ..records import STOPPED, Plan, StageRecord, StopRecord, TrainRecord, read_record, write_record
-from . import efficiency, session as sessions, summary, watchdog
+from . import efficiency, finetune, session as sessions, summary, watchdog
 from .curves import Curves
 from .evaluate import Evaluator
 from .parallel import process_group as distributed
@@ -83,14 +83,21 @@ def train(s: Session, ckpt: Checkpointer, stopper: Stopper, progress: Progress, 
             s.position = s.position.stepped()
             progress.step_done(s.position.step, s.position.epoch, loss, wait_s, time.perf_counter() - t0, norm)
             hang.beat(s.position.step)
-            evaluator.after_step()
-            # stop early (deadline, SIGTERM) with a durable checkpoint; otherwise save on schedule
+            best = evaluator.after_step()
+            # stop (deadline, SIGTERM: to resume; early stopping: trained) with a durable checkpoint;
+            # otherwise save on schedule, and at every new best
             if stopped := stopper.poll():
                 log.warning("stopping (%s) after step %d", stopped, s.position.step)   # every rank says it
                 ckpt.save(s.trainer_state(), blocking=True)
                 hang.beat()
                 return stopped
-            if ckpt.save_if_due(s.position, per_epoch, s.trainer_state):
+            if s.stops_early:
+                log.info("early stopping after step %d: %s has not improved for %d evaluations (best: %s)",
+                         s.position.step, s.monitor.metric, s.monitor.since, s.monitor.best)
+                ckpt.save(s.trainer_state(), blocking=True)
+                hang.beat()
+                return None
+            if ckpt.save_if_due(s.position, per_epoch, s.trainer_state, now=best):
                 hang.beat()
         s.position = s.position.next_epoch()
     return None
@@ -118,10 +125,14 @@ def set_up(plan: Plan, staged: StageRecord, out: Path) -> tuple[Session, Checkpo
     """The session, resumed from the newest checkpoint that verifies (on the fast root or on scratch)."""
     d = start_process(plan)
     s = sessions.build(plan, staged, d)
+    init = init_source(plan, d)
     ckpt = Checkpointer(d, s.par, s.optimizer, plan, Path(staged["fast_root"]),
-                        fast_node_local=staged["fast_root_source"] == "$TMPDIR")
+                        fast_node_local=staged["fast_root_source"] == "$TMPDIR", init_sha256=init and init[1])
     sessions.seed_all(plan.config.train.seed + 1000 * d.rank)   # dropout differs per rank; a resume restores it
-    s.resume(ckpt.restore())
+    trainer = ckpt.restore()
+    s.resume(trainer)
+    if init and trainer is None:   # a fresh start of a fine-tune; a resumed one has its own weights
+        s.init = finetune.load(s.par, init[0], init[1], plan.config.model.init_strict, d)
     s.par.settle_buckets(s.objective, s.probe, plan.precision)   # a resumed session reduces as a fresh one does
     s.hosts = distributed.hostnames()
     if d.is_main:
@@ -133,6 +144,20 @@ def set_up(plan: Plan, staged: StageRecord, out: Path) -> tuple[Session, Checkpo
              d.world_size, s.data.steps_per_epoch, plan.config.train.epochs, b.global_, b.per_device, d.world_size,
              b.grad_accum, plan.precision)
     return s, ckpt
+
+
+def init_source(plan: Plan, d: distributed.Dist) -> tuple[Path, str] | None:
+    """model.init_from's file and its sha256 (hashed by rank 0, known to every rank); None without one."""
+    path = finetune.source_path(plan.config.model.init_from, plan.roots.scratch)
+    if path is None:
+        return None
+    found = [None]
+    if d.is_main:
+        found = [finetune.digest(path) if path.exists() else f"missing: {path} does not exist"]
+    torch.distributed.broadcast_object_list(found, src=0)
+    if found[0].startswith("missing: "):
+        raise FileNotFoundError(f"model.init_from: {found[0].removeprefix('missing: ')}")
+    return path, found[0]
 
 
 def progress_of(s: Session, out: Path) -> Progress:

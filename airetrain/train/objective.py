@@ -121,6 +121,8 @@ class Objective:
         self.user_loss = (LOSSES[loss] if loss in LOSSES else import_callable(loss)) if loss else None
         self.built_in_loss = loss in LOSSES
         self.user_metrics = import_callable(train.metrics) if train.metrics else None
+        # the user's metrics may say which way is better: fn.directions = {"mae": "min"}
+        self.directions = dict(getattr(self.user_metrics, "directions", {}) or {})
 
     def forward(self, model, batch):
         return self.user_forward(model, batch) if self.user_forward else _default_forward(model, batch)

@@ -6,6 +6,7 @@ schedule and gradient scaler, the data, and where training stands.
 """
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 
@@ -17,11 +18,15 @@ from ..records import Plan, StageRecord
 from . import efficiency
 from .batches import first_batch
 from .loader import TrainData, training_data
+from .finetune import freeze
 from .models import build_model
+from .monitor import Monitor
 from .objective import Objective
 from .optim import make_optimizer, make_scheduler
 from .parallel.process_group import Dist
 from .parallel.wrap import Parallel
+
+log = logging.getLogger("airetrain.train")
 
 
 def seed_all(seed: int) -> None:
@@ -45,21 +50,31 @@ class Session:
     position: Position = Position()
     hosts: list[str] = field(default_factory=list)   # every rank's host, once the ranks have met
     gpu: efficiency.GpuSampler | None = None          # this rank's GPU use, sampled while it trains
+    monitor: Monitor | None = None  # the best evaluation so far, and early stopping (checkpoint.monitor)
+    parameters: dict = field(default_factory=dict)   # {trainable, frozen} parameter counts (model.freeze)
+    init: dict | None = None        # what model.init_from loaded, in the run's first session
 
     @property
     def total_steps(self) -> int:
         return self.data.steps_per_epoch * self.plan.config.train.epochs
 
     @property
+    def stops_early(self) -> bool:
+        """Early stopping (train.early_stop) has ended the training before its last step."""
+        return bool(self.monitor and self.monitor.should_stop) and self.position.step < self.total_steps
+
+    @property
     def finished(self) -> bool:
-        return self.position.step >= self.total_steps
+        """Every step done, or stopped early: either way, this run is trained."""
+        return self.position.step >= self.total_steps or self.stops_early
 
     def trainer_state(self) -> dict:
         """What a checkpoint keeps besides the model and optimizer (the checkpointer adds the RNG states)."""
         p = self.position
         return {"step": p.step, "epoch": p.epoch, "step_in_epoch": p.step_in_epoch,
                 "config": self.plan.config.to_dict(), "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None}
+                "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
+                "monitor": self.monitor.state() if self.monitor else None, "init": self.init}
 
     def resume(self, trainer: dict | None) -> None:
         """Continue from a checkpoint's trainer state (None: a fresh start): schedule, scaler, position.
@@ -68,6 +83,10 @@ class Session:
             self.scheduler.load_state_dict(trainer["scheduler"])
             if trainer["scaler"]:
                 self.scaler.load_state_dict(trainer["scaler"])
+            self.init = trainer.get("init")
+            if self.monitor and not self.monitor.load(trainer.get("monitor")):
+                log.warning("the checkpoint's best and early-stopping counts are of another monitor: they "
+                            "start afresh, watching %s (%s)", self.monitor.metric, self.monitor.mode)
         self.position = Position.resumed(trainer, self.data.steps_per_epoch)
 
 
@@ -77,6 +96,7 @@ def build(plan: Plan, staged: StageRecord, d: Dist) -> Session:
     data = training_data(plan, staged["target"], d)
     seed_all(cfg.train.seed)   # the same initial weights on every rank (DDP also broadcasts rank 0's)
     model = build_model(cfg.model, data.meta).to(d.device)
+    parameters = freeze(model, cfg.model.freeze)   # before the optimizer: frozen ones get no state
     objective = Objective(cfg.train, cfg.model)
     probe = first_batch(data.train_set, plan.batch.per_device, d.device)
     flops = efficiency.micro_batch_flops(model, objective, probe, d.device, plan.precision)
@@ -84,4 +104,6 @@ def build(plan: Plan, staged: StageRecord, d: Dist) -> Session:
     optimizer = make_optimizer(cfg.optim, model, d.device.type)   # FSDP: its parameters sharded in place
     scheduler = make_scheduler(cfg.optim, optimizer, data.steps_per_epoch * cfg.train.epochs)
     scaler = torch.amp.GradScaler(d.device.type, enabled=plan.precision == "fp16")
-    return Session(plan, d, data, par, objective, optimizer, scheduler, scaler, probe, flops)
+    monitor = Monitor.from_config(cfg, objective.directions) if data.eval_set is not None else None
+    return Session(plan, d, data, par, objective, optimizer, scheduler, scaler, probe, flops, monitor=monitor,
+                   parameters=parameters)

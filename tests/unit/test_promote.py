@@ -186,3 +186,45 @@ def test_weights_of_a_model_with_tied_parameters_are_written_and_load_back(tmp_p
     fresh.load_state_dict(load_file(tmp_path / "model.safetensors"))
     x = torch.arange(10)
     assert torch.equal(fresh(x), model(x)) and fresh.out.weight is fresh.embed.weight
+
+
+def best_checkpoint(directory, step, best_step):
+    state = {"model": {"w": torch.full((4,), float(step))}, "optimizer": {},
+             "trainer": {"step": step, "epoch": step // 10,
+                         "monitor": {"best": {"step": best_step, "epoch": best_step // 10, "metric": "eval_loss",
+                                              "value": 0.5}}}}
+    entry = store.write_file(state, directory, step, fingerprint="f")
+    return entry
+
+
+def test_keep_never_prunes_the_best_checkpoint_and_promote_best_verifies_it(tmp_path, fast_elsewhere):
+    from airetrain.checkpoint.promote import promote_best
+
+    fast, durable = tmp_path / "fast", tmp_path / "scratch" / "ckpt"
+    for step in (10, 20, 30, 40):
+        entry = best_checkpoint(fast, step, best_step=20)
+        store.record(fast, entry, keep=1)
+        final = promote(entry, durable, keep=1)
+    assert [e["step"] for e in store.entries(fast)] == [20, 40] == [e["step"] for e in store.entries(durable)]
+    assert sorted(p.name for p in durable.glob("step-*")) == ["step-00000020.pt", "step-00000040.pt"]
+    best = promote_best(final, durable, keep=1)
+    assert best["step"] == 20 and best["verified"] and best["path"] == str(durable / "step-00000020.pt")
+    assert torch.load(best["path"], weights_only=True)["model"]["w"][0] == 20.0
+
+    # lost on scratch (a kill before its background promotion), it is promoted from the fast root
+    (durable / "step-00000020.pt").unlink()
+    store.record(durable, final, keep=1)
+    manifest = store._manifest(durable)
+    manifest["checkpoints"] = [e for e in manifest["checkpoints"] if e["step"] != 20]
+    (durable / store.MANIFEST).write_text(__import__("json").dumps(manifest))
+    assert promote_best(final, durable, keep=1)["mode"] == "copied"
+    assert sha256_file(durable / "step-00000020.pt") == store.entries(fast)[0]["sha256"]
+    (fast / "step-00000020.pt").unlink()
+    (durable / "step-00000020.pt").unlink()
+    for d in (fast, durable):
+        m = store._manifest(d)
+        m["checkpoints"] = [e for e in m["checkpoints"] if e["step"] != 20]
+        (d / store.MANIFEST).write_text(__import__("json").dumps(m))
+    with pytest.raises(CheckpointError, match=r"the best checkpoint \(step 20, eval_loss 0.5\) is in neither"):
+        promote_best(final, durable, keep=1)
+    assert promote_best({"step": 40, "path": str(durable / "step-00000040.pt")}, durable) is None

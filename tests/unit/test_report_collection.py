@@ -51,3 +51,22 @@ def test_a_run_whose_accounting_is_unavailable_is_marked_and_keeps_its_own_figur
         "accounting unavailable (sacct gave no answer within 60 s): the sacct figures are missing; run the report "
         "again once accounting answers")
     assert row["source"] == "benchmark" and row["elapsed_s"] == 3.25 and row["samples_per_s"] == 128.0
+
+
+def test_a_runs_best_value_its_epoch_and_an_early_stop_are_in_its_row_and_the_table(tmp_path):
+    import json
+
+    from airetrain.report.collection import run_row
+    from conftest import finished_run
+
+    finished_run(tmp_path / "results", tmp_path / "scratch", "r", {}, job_id=None)
+    path = tmp_path / "results" / "r" / "train.json"
+    train = json.loads(path.read_text())
+    train.update(eval_loss=0.52, best={"step": 44, "epoch": 1, "metric": "eval_loss", "value": 0.4871},
+                 stopped_early={"step": 88, "epoch": 3, "best_step": 44, "best_value": 0.4871})
+    path.write_text(json.dumps(train))
+    (tmp_path / "results" / "r" / "benchmarks" / "promote.tsv").write_text("s\tcpu_time\tmax_rss\n3.25\t2.6\t120\n")
+    row = run_row(tmp_path / "results" / "r", None)
+    assert (row["best"], row["best_epoch"], row["stopped_early"]) == (0.4871, 2, 88)
+    text = to_markdown(table(tmp_path / "results", ["r"]))
+    assert "| best | best_epoch | stopped_early |" in text and "| 0.4871 | 2 | 88 |" in text

@@ -22,7 +22,7 @@ def schema_types(node: dict) -> set[type] | None:
     if node.get("type") == "object" or "properties" in node:
         return None
     if "anyOf" in node:
-        return set().union(*(schema_types(sub) for sub in node["anyOf"]))
+        return set().union(*(schema_types(sub) or {dict} for sub in node["anyOf"]))
     if "enum" in node:
         return {type(v) for v in node["enum"]}
     kinds = node["type"] if isinstance(node["type"], list) else [node["type"]]
@@ -47,6 +47,9 @@ def disagreements(record, node: dict, where: str) -> list[str]:
         sub, tp = node["properties"][key], hints[keys[key].name]
         wanted = schema_types(sub)
         if wanted is None:
+            nullable = "null" in (resolve_ref(sub, SCHEMA).get("type") or [])
+            inner = [a for a in typing.get_args(tp) if a is not type(None)] if nullable else []
+            tp = inner[0] if len(inner) == 1 else tp   # an option off by default: Record | None
             if not dataclasses.is_dataclass(tp):
                 problems.append(f"{where}.{key}: an object in the schema, {tp} in {record.__name__}")
             else:

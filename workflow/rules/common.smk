@@ -61,6 +61,15 @@ def get_dataset(wildcards):
     return str(dataset) if dataset else []
 
 
+def get_init(wildcards):
+    """What the run's model.init_from names, an input of its train step: another run's checkpoint.json
+    (so that run is trained and promoted first, and retraining it retrains this one), or a file."""
+    init = PLANS[wildcards.run].config.model.init_from
+    if isinstance(init, dict):
+        return f"results/{init['run']}/checkpoint.json"
+    return init or []
+
+
 def partition(wildcards):
     return PLANS[wildcards.run].slurm.partition
 

@@ -4,6 +4,7 @@ rule train:
     input:
         plan="results/{run}/plan.json",
         stage="results/{run}/stage.json",
+        init=get_init,
     output:
         train="results/{run}/train.json",
         metrics="results/{run}/metrics.jsonl",
