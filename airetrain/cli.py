@@ -261,7 +261,19 @@ def _report(args) -> None:
     print(to_markdown(df).split("\n\nColumns")[0])
     if args.out:
         paths = write(df, args.out, results)
+        if args.runs:   # what the experiment found: a row per group of seeds
+            from .report import results as findings
+            paths.update(findings.write(Path(args.results), args.runs, Path(args.out), df))
         print(f"wrote {', '.join(str(p) for p in paths.values())}")
+
+
+def _compare(args) -> None:
+    import json
+
+    from .report.results import compare, format_compare
+
+    found = compare(Path(args.results), args.names)
+    print(json.dumps(found, indent=1, default=str) if args.json else format_compare(found))
 
 
 def main(argv=None) -> None:
@@ -351,11 +363,19 @@ def main(argv=None) -> None:
 
     p = sub.add_parser("report", help="efficiency table of runs, or of any SLURM jobs (--jobs, --since)")
     p.add_argument("--results", default="results")
-    p.add_argument("--out", help="also write efficiency.csv/.md/.html and the plots here")
+    p.add_argument("--out", help="also write efficiency.csv/.md/.html and the plots here, and for runs the "
+                                 "results table (results.csv/.md/.html, results-runs.csv)")
     p.add_argument("--jobs", help="any SLURM jobs: ID,ID,... (one sacct call)")
     p.add_argument("--since", help="any SLURM jobs of yours started since DATE (sacct --starttime)")
     p.add_argument("runs", nargs="*")
     p.set_defaults(func=_report)
+
+    p = sub.add_parser("compare", help="the config keys that differ between runs (or groups of seeds), and "
+                                       "their figures side by side")
+    p.add_argument("--results", default="results")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("names", nargs="+", metavar="RUN_OR_GROUP")
+    p.set_defaults(func=_compare)
 
     args = parser.parse_args(argv)
     try:

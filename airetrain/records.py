@@ -104,6 +104,8 @@ class Plan:
     forecast: Doc[Optional[dict], "forecast.choose: the layouts forecast (start, duration, finish, each with how "
                                   "it was found), the GPU count chosen and why; none: the configured gpus"]
     torchrun: Doc[list, "torchrun's arguments"]
+    group: Doc[str, "the runs whose configs are equal but for train.seed: the run name without its seed part "
+                    "(results.md averages them)"] = ""
 
     def replace(self, **changes) -> "Plan":
         return dataclasses.replace(self, **changes)

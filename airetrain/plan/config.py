@@ -6,6 +6,7 @@ jsonschema's own messages ("Additional properties are not allowed") do not.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 
@@ -127,10 +128,12 @@ def resolve(config: dict) -> tuple[Settings, dict[str, RunConfig]]:
     as typed records made from the complete config."""
     schema = load_schema()
     config, own = _own_sweeps(config)
+    config, seeds = _seeds(config)
     config = numbers(config, schema)   # lr: 1e-4, which YAML 1.1 reads as a string
     validate(config, schema)
     grid = _grid(config.get("sweep") or {}, schema)
-    grids = {name: {**grid, **_grid(own[name], schema, f"runs.{name}.sweep")} if name in own else grid
+    grids = {name: {**grid, **_grid(own.get(name, {}), schema, f"runs.{name}.sweep"),
+                    **_grid(seeds[name], schema, f"runs.{name}.seeds")}
              for name in config["runs"]}
     expanded = {**config, "runs": _expanded(config["runs"], grids)}
     if any(grids.values()):
@@ -157,6 +160,43 @@ def _own_sweeps(config: dict) -> tuple[dict, dict]:
         return config, {}
     return {**config, "runs": {name: ({k: v for k, v in run.items() if k != "sweep"} if name in own else run)
                                for name, run in runs.items()}}, own
+
+
+def _seeds(config: dict) -> tuple[dict, dict]:
+    """(the config without `seeds:` keys, {run: its train.seed grid}): `seeds: [0, 1, 2]` on
+    `defaults:` or on a run repeats each run once per seed, named as a sweep over train.seed names it
+    (<run>-seed0), after every other sweep key."""
+    runs, defaults = config.get("runs"), config.get("defaults")
+    if not isinstance(runs, dict):
+        return config, {}
+    common = defaults.get("seeds") if isinstance(defaults, dict) else None
+    seeds = {name: run.get("seeds", common) if isinstance(run, dict) else common for name, run in runs.items()}
+    for where, value in [("defaults.seeds", common), *((f"runs.{n}.seeds", s) for n, s in seeds.items())]:
+        if value is not None and not (isinstance(value, list) and value):
+            raise ConfigError(f"{where} must be a list of seeds, e.g. [0, 1, 2]")
+    if common is None and all(s is None for s in seeds.values()):
+        return config, {name: {} for name in runs}
+    stripped = {**config, "runs": {n: ({k: v for k, v in r.items() if k != "seeds"} if isinstance(r, dict) else r)
+                                   for n, r in runs.items()}}
+    if isinstance(defaults, dict):
+        stripped["defaults"] = {k: v for k, v in defaults.items() if k != "seeds"}
+    return stripped, {name: {"train.seed": s} if s is not None else {} for name, s in seeds.items()}
+
+
+def groups(runs: dict[str, RunConfig]) -> dict[str, str]:
+    """{run: its group}: the runs whose configs are equal but for train.seed form one group, named as
+    the run without its seed part (base-lr1e-3-seed2 -> base-lr1e-3). Where that name would join
+    runs of different configs, each keeps its own name."""
+    def key(run: RunConfig) -> str:
+        config = run.to_dict()
+        config["train"] = {k: v for k, v in config["train"].items() if k != "seed"}
+        return json.dumps(config, sort_keys=True)
+
+    named = {name: re.sub(r"-seed\d+(?=-|$)", "", name) for name in runs}
+    configs: dict[str, set] = {}
+    for name, group in named.items():
+        configs.setdefault(group, set()).add(key(runs[name]))
+    return {name: group if len(configs[group]) == 1 else name for name, group in named.items()}
 
 
 def _grid(grid, schema: dict, where: str = "sweep") -> dict:

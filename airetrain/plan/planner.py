@@ -159,6 +159,8 @@ def plan_all(config: dict, env=None, scratch: Root | None = None,
             problems.append(str(e))
     if problems:
         raise ConfigError("\n".join(problems))
+    groups = cfg.groups(runs)
+    plans = {name: plan.replace(group=groups[name]) for name, plan in plans.items()}
     for warning in [w for p in plans.values() for w in p.warnings] + plan_warnings(plans, settings):
         log.warning(warning)
     return plans

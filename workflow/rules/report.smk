@@ -12,6 +12,9 @@ rule report:
             "results/report/throughput.png", caption="../report/throughput.rst", category="Efficiency"
         ),
         loss=report("results/report/loss.png", caption="../report/loss.rst", category="Training"),
+        results="results/report/results.md",
+        results_csv="results/report/results.csv",
+        results_html="results/report/results.html",
     params:
         cmd=lambda w, output: command(
             "report", *RUNS, python=PYTHON, results="results", out=os.path.dirname(output.csv)
