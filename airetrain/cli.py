@@ -267,13 +267,19 @@ def _report(args) -> None:
         print(f"wrote {', '.join(str(p) for p in paths.values())}")
 
 
-def _compare(args) -> None:
-    import json
+def _restart(args) -> None:
+    from .restart import asking, restart
 
+    removed = restart(_load_plans(args.configfile), args.runs, Path(args.results), asking(args.yes))
+    print(f"removed {len(removed)} paths: the next invocation trains {', '.join(args.runs)} from step 0"
+          if removed else "nothing removed")
+
+
+def _compare(args) -> None:
     from .report.results import compare, format_compare
 
     found = compare(Path(args.results), args.names)
-    print(json.dumps(found, indent=1, default=str) if args.json else format_compare(found))
+    print(__import__("json").dumps(found, indent=1, default=str) if args.json else format_compare(found))
 
 
 def main(argv=None) -> None:
@@ -370,8 +376,14 @@ def main(argv=None) -> None:
     p.add_argument("runs", nargs="*")
     p.set_defaults(func=_report)
 
-    p = sub.add_parser("compare", help="the config keys that differ between runs (or groups of seeds), and "
-                                       "their figures side by side")
+    p = sub.add_parser("restart", help="train runs again from step 0: remove their checkpoints, record, results")
+    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
+    p.add_argument("--results", default="results")
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p.add_argument("runs", nargs="+")
+    p.set_defaults(func=_restart)
+
+    p = sub.add_parser("compare", help="the config keys that differ between runs (or groups), and their figures")
     p.add_argument("--results", default="results")
     p.add_argument("--json", action="store_true")
     p.add_argument("names", nargs="+", metavar="RUN_OR_GROUP")

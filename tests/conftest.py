@@ -65,13 +65,15 @@ def spawn(cmd, log: Path | None = None, cwd=None, env=None, exact_env=False) -> 
     return proc
 
 
-def run(cmd, cwd=None, env=None, check=True, timeout=600, exact_env=False):
+def run(cmd, cwd=None, env=None, check=True, timeout=600, exact_env=False, input_text=None):
     """Run a command, return the CompletedProcess; on failure show its output. On its timeout, it and
-    everything it started are ended (a snakemake's jobs, a launch's torchrun and workers)."""
+    everything it started are ended (a snakemake's jobs, a launch's torchrun and workers). input_text:
+    what it reads on its standard input (a person's answer to a question)."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=command_env(env, exact_env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            stdin=subprocess.PIPE if input_text is not None else None)
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
+        stdout, stderr = proc.communicate(input=input_text, timeout=timeout)
     except BaseException:
         end_all(proc)
         raise

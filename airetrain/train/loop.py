@@ -21,7 +21,9 @@ import torch
 from .. import run_log
 from ..hardware import NATIVE_BF16_FLAGS, cpu_bf16_native
 from ..checkpoint.manager import Checkpointer
+from ..fsutil import write_json_atomic
 from ..records import STOPPED, Plan, StageRecord, StopRecord, TrainRecord, read_record, write_record
+from ..restart import trained_record_path
 from . import efficiency, finetune, session as sessions, summary, watchdog
 from .curves import Curves
 from .evaluate import Evaluator
@@ -192,9 +194,15 @@ def finish(s: Session, ckpt: Checkpointer, stopped: str | None, progress: Progre
             record = summary.train_record(s, progress, ckpt, summary.Finish(train_s, final_wait_s, figures,
                                                                             evaluation, s.hosts, evaluator.seconds,
                                                                             evaluator.count))
+            if kept := summary.already_trained(s.plan, record):
+                log.info("already trained: %s resumed at its last step (%d) and trained nothing; train.json keeps "
+                         "its training's figures (airetrain restart %s trains it again from step 0)",
+                         s.plan.run, step, s.plan.run)
+                record = kept
             write_record(out / "train.json", TrainRecord, record)
+            write_json_atomic(trained_record_path(s.plan), record)   # kept on scratch, for a later rerun
             log.info("done: %d steps, eval loss %s, %.0f samples/s, checkpoint %s", step,
-                     f"{record['eval_loss']:.4f}" if evaluation else "- (no test split)",
+                     f"{record['eval_loss']:.4f}" if record["eval_loss"] is not None else "- (no test split)",
                      record["samples_per_s"] or 0, saved["path"])
     progress.close()
     hang.stop()

@@ -59,6 +59,20 @@ class Finish:
     evaluations: int = 0         # evaluations this session made
 
 
+def already_trained(plan, record: TrainRecord) -> TrainRecord | None:
+    """The finished training's own record, where this session resumed at its end and trained nothing
+    (results/<run>/ removed, or --forcerun): its figures, not this session's nulls. None otherwise."""
+    from ..fsutil import read_json
+    from ..restart import trained_record_path
+
+    path = trained_record_path(plan)
+    if record["steps_this_session"] or not path.exists():
+        return None
+    previous = read_json(path)
+    same_end = (previous.get("checkpoint") or {}).get("sha256") == (record["checkpoint"] or {}).get("sha256")
+    return previous if previous.get("steps") == record["steps"] and same_end else None
+
+
 def train_record(s, progress, checkpoints, end: Finish) -> TrainRecord:
     """What rank 0 writes to train.json, for the session s (train/session.py). progress: this
     session's steps, seconds and last loss; checkpoints: the checkpointer (its final checkpoint and

@@ -1,0 +1,36 @@
+"""Retraining and rerunning a finished run: removing results/<run>/ keeps its figures (it resumes at
+its end, trains nothing, and train.json is its training's own record), `airetrain restart` asks,
+then removes its checkpoints and results, and the next invocation trains it from step 0."""
+import pytest
+
+from conftest import BIN, read_json, run, snakemake, write_config
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_rerun_keeps_a_finished_runs_figures_and_restart_trains_it_from_step_0(tmp_path):
+    import shutil
+
+    cfg = write_config(tmp_path / "c.yaml", {"roots": {"scratch": str(tmp_path / "scratch")}, "runs": {"r": {
+        "processes": 1, "precision": "fp32", "train": {"epochs": 1, "log_every_steps": 10}}}})
+    snakemake(tmp_path, cfg, "--cores", "2")
+    first = read_json(tmp_path / "results/r/train.json")
+    assert first["steps_this_session"] == first["steps"] > 0 and first["final_loss"] is not None
+
+    shutil.rmtree(tmp_path / "results/r")
+    snakemake(tmp_path, cfg, "--cores", "2")
+    again = read_json(tmp_path / "results/r/train.json")
+    assert again == first   # not a record of the empty session that found the run trained
+    assert "already trained: r resumed at its last step" in (tmp_path / "logs/r/train.log").read_text()
+
+    restart = [str(BIN / "airetrain"), "restart", "r", "--configfile", str(cfg)]
+    asked = run(restart, cwd=tmp_path, env={"PYTHONUNBUFFERED": "1"}, input_text="n\n")
+    durable = tmp_path / "scratch/airetrain/r/checkpoints"
+    assert f"  {durable}" in asked.stdout and "nothing removed" in asked.stdout and durable.is_dir()
+    done = run([*restart, "--yes"], cwd=tmp_path)
+    assert "the next invocation trains r from step 0" in done.stdout
+    assert not durable.exists() and not (tmp_path / "results/r").exists()
+    assert (tmp_path / "scratch/airetrain/r/history.jsonl").exists()   # its history stays
+    snakemake(tmp_path, cfg, "--cores", "2")
+    retrained = read_json(tmp_path / "results/r/train.json")
+    assert retrained["resumed_from_step"] == 0 and retrained["steps_this_session"] == first["steps"]
