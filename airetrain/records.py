@@ -244,6 +244,8 @@ class RunRecord(TypedDict):
     sessions: Doc[list, "every start of the training: job id, time, step it resumed from, hosts"]
     stops: Doc[list, "every early stop: job id, reason, step, time, and what followed"]
     checkpoint: Doc[Optional[dict], "the final checkpoint"]
+    code: NotRequired[Doc[Optional[dict], "the code the run ran, captured at its first launch: fingerprint, path, "
+                                          "files and their sha256s, bytes, airetrain's version and commit"]]
 
 
 RECORDS = {"plan.json": Plan, "stage.json": StageRecord, "train.json": TrainRecord,

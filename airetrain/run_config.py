@@ -166,6 +166,11 @@ class Checkpoint(_Record):
 
 
 @dataclass(frozen=True)
+class Code(_Record):
+    max_mb: float
+
+
+@dataclass(frozen=True)
 class Slurm(_Record):
     partition: str
     account: str | None
@@ -202,6 +207,7 @@ class RunConfig(_Record):
     optim: Optim
     train: Train
     checkpoint: Checkpoint
+    code: Code
     slurm: Slurm
 
 

@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from .fsutil import read_json
 from .records import Plan, RunRecord
 
 SESSIONS = "sessions.jsonl"
@@ -124,5 +125,18 @@ def run_record(plan: Plan, train: dict, workflow_dir: str | Path) -> RunRecord:
         "sessions": runs,
         "stops": stops(plan.durable_dir),
         "checkpoint": train.get("checkpoint"),
+        "code": captured_code(plan),
     }
+
+
+def captured_code(plan: Plan) -> dict | None:
+    """What the run's capture holds (train/launcher/capture.py): fingerprint, files and sha256s, airetrain."""
+    from .capture import MANIFEST, capture_dir
+
+    path = capture_dir(plan) / MANIFEST
+    if not path.exists():
+        return None
+    manifest = read_json(path)
+    return {"fingerprint": manifest["fingerprint"], "path": str(path.parent), "files": manifest["files"],
+            "bytes": manifest["bytes"], "airetrain": manifest["airetrain"]}
 

@@ -33,6 +33,7 @@ from torch.distributed.checkpoint.state_dict import (
 from . import background, store, writer
 from .promote import promote
 from ..records import Plan
+from ..fingerprints import fingerprint
 from ..roots import run_dir
 from .policy import Position, SavePolicy
 
@@ -92,7 +93,7 @@ class Checkpointer:
         self.d, self.par, self.optimizer = d, par, optimizer
         self.sharded = par.strategy == "fsdp"
         self.durable = plan.checkpoints_dir
-        self.fingerprint = store.fingerprint(plan.config, init_sha256)
+        self.fingerprint = fingerprint(plan.config, init_sha256)
         self.keep = cfg.keep
         self.path = background.choose(
             cfg.writer, cfg.async_, self.sharded, d.device.type == "cuda",

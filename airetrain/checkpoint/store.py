@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import logging
 import os
 import shutil
@@ -27,7 +26,6 @@ import torch
 
 from ..fsutil import (commit, fsync_dir, read_json, room_for, sha256_file, write_bytes_atomic, write_json_atomic,
                       write_stream_atomic)
-from ..run_config import RunConfig
 
 log = logging.getLogger("airetrain.checkpoint.store")
 MANIFEST = "manifest.json"
@@ -43,29 +41,6 @@ TRAINER_FILE = "trainer.pt"
 
 class CheckpointError(RuntimeError):
     pass
-
-
-# Keys that do not change what is computed: a run whose config differs only in these resumes.
-# (epochs is one: raising it continues training from the newest checkpoint; early_stop another: it
-# only decides where training ends.)
-_NOT_FINGERPRINTED = {"time_min", "slurm", "checkpoint", "cpus_per_rank", "mem_gb_per_rank"}
-_NOT_FINGERPRINTED_NESTED = {("data", "workers"), ("data", "verify_sha256"), ("train", "log_every_steps"),
-                             ("train", "epochs"), ("train", "early_stop")}
-
-
-FORMAT = 3  # bump when the checkpoint's layout changes: older files are then never resumed from
-
-
-def fingerprint(config: RunConfig, init_sha256: str | None = None) -> str:
-    """Hash of the training-relevant config, and of the weights it starts from (model.init_from's
-    sha256): a checkpoint resumes only a run with the same ones."""
-    kept = {k: v for k, v in config.to_dict().items() if k not in _NOT_FINGERPRINTED}
-    kept["__format__"] = FORMAT
-    if init_sha256:
-        kept["__init__"] = init_sha256
-    for section, key in _NOT_FINGERPRINTED_NESTED:
-        kept[section] = {k: v for k, v in kept.get(section, {}).items() if k != key}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def file_name(step: int, of_kind: str = FILE) -> str:

@@ -200,6 +200,13 @@ def datasets_to_prepare(plans: dict[str, Plan]) -> dict[str, str]:
 def plan_warnings(plans: dict[str, Plan], settings: Settings) -> list[str]:
     """What will work, but not as the user may expect."""
     warnings = []
+    from ..capture import changed
+
+    for name, plan in plans.items():
+        if files := changed(plan):
+            warnings.append(f"run {name}: code changed since this run started ({', '.join(files[:3])}"
+                            f"{', ...' if len(files) > 3 else ''}): it keeps its captured code until it finishes; "
+                            f"airetrain restart {name} trains it with the new code")
     demand = sum(p.gpus for p in plans.values())
     limit = settings.site.max_gpus_per_user
     if demand > limit:

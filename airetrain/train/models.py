@@ -169,9 +169,14 @@ def import_callable(path: str):
     import sys
     from pathlib import Path
 
+    import os
+
     module, _, attr = path.partition(":")
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
+    captured = os.environ.get("AIRETRAIN_CODE")   # the run's captured code comes before the working tree
+    if captured and sys.path[0] != captured:
+        sys.path.insert(0, captured)
     return getattr(importlib.import_module(module), attr)
 
 

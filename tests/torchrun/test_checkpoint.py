@@ -17,6 +17,7 @@ import torch
 
 from airetrain.checkpoint import store
 from airetrain.checkpoint.store import CheckpointError
+from airetrain.fingerprints import fingerprint as config_fingerprint
 
 from conftest import (assert_identical, descendants, end_all, final_state, launch_training, newest_step,
                       prepare_training, read_json, run, spawn, wait_for)
@@ -235,7 +236,7 @@ def test_kill_9_at_random_moments_never_loses_the_newest_checkpoint(tmp_path, re
         # only the newest checkpoint may be missing from scratch (its copy was in flight)
         fast_steps = [e["step"] for e in store.entries(fast)]
         assert len(fast_steps) < 2 or newest_step(durable_dir(tmp_path)) >= fast_steps[-2], fast_steps
-        found = store.load_latest([fast, durable_dir(tmp_path)], store.fingerprint(planned(out).config))
+        found = store.load_latest([fast, durable_dir(tmp_path)], config_fingerprint(planned(out).config))
         assert found and found[2]["step"] == max(newest_step(fast), newest_step(durable_dir(tmp_path))) > before
         progress.append(found[2]["step"])
     assert progress == sorted(progress) and len(set(progress)) == KILLS and progress[-1] < STEPS
@@ -270,7 +271,7 @@ def test_truncated_and_bit_flipped_checkpoints_are_skipped(tmp_path):
     ref_out, _ = launch_training(tmp_path / "ref", {**cfg, "train": {"epochs": 2, "log_every_steps": 10}})
     out, _ = launch_training(tmp_path, cfg)
     durable = durable_dir(tmp_path)
-    fingerprint = store.fingerprint(planned(out).config)
+    fingerprint = config_fingerprint(planned(out).config)
     steps = [e["step"] for e in store.entries(durable)]
     assert steps == [15, 20, 22]
     newest, middle = durable / store.file_name(22), durable / store.file_name(20)

@@ -37,7 +37,7 @@ def test_a_script_using_airetrain_job_runs_and_its_checkpoints_are_durable(tmp_p
     assert torch.load(durable / "step-00000024.pt", weights_only=True)["step"] == 24
 
 
-def test_a_script_stopped_at_its_deadline_resumes_to_the_same_parameters(tmp_path):
+def test_a_script_stopped_at_its_deadline_resumes_to_the_same_parameters_with_its_captured_code(tmp_path):
     reference, ref_cmd = script_run(tmp_path / "ref", WITH_JOB, steps=40)
     run(ref_cmd)
     out, cmd = script_run(tmp_path / "cut", WITH_JOB, steps=40)
@@ -45,8 +45,11 @@ def test_a_script_stopped_at_its_deadline_resumes_to_the_same_parameters(tmp_pat
     assert stopped.returncode == 75, stopped.stdout + stopped.stderr   # stopped with a checkpoint: run again
     assert "training stopped (deadline) at step 1 of 40" in stopped.stdout
     assert not (out / "train.json").exists()
+    script = tmp_path / "cut" / "train.py"   # edited between the sessions: the resume runs the captured one
+    script.write_text('raise SystemExit("the edited script ran")\n' + script.read_text())
     resumed = run(cmd)
-    assert "resumed from step 1" in resumed.stdout
+    assert "resumed from step 1" in resumed.stdout and "the edited script ran" not in resumed.stdout + resumed.stderr
+    assert "/code/" in resumed.stdout.split("launch:", 1)[1].splitlines()[0]   # torchrun ran the capture
     assert_identical(flatten(torch.load(out / "final.pt", weights_only=True)),
                      flatten(torch.load(reference / "final.pt", weights_only=True)), at_least=2)
 

@@ -6,6 +6,7 @@ from torch import nn
 
 from airetrain.checkpoint import store
 from airetrain.errors import ConfigError
+from airetrain.fingerprints import fingerprint
 from airetrain.plan import config, refusals
 from airetrain.train.finetune import freeze, match, read_weights, source_path
 
@@ -86,8 +87,8 @@ def test_a_path_that_does_not_exist_is_refused_at_plan_time(tmp_path):
 
 def test_the_start_weights_are_part_of_the_fingerprint():
     _, runs = config.resolve({"runs": {"a": {}}})
-    assert store.fingerprint(runs["a"]) == store.fingerprint(runs["a"], None)
-    prints = {store.fingerprint(runs["a"]), store.fingerprint(runs["a"], "ab"), store.fingerprint(runs["a"], "cd")}
+    assert fingerprint(runs["a"]) == fingerprint(runs["a"], None)
+    prints = {fingerprint(runs["a"]), fingerprint(runs["a"], "ab"), fingerprint(runs["a"], "cd")}
     assert len(prints) == 3
 
 

@@ -23,6 +23,7 @@ from ...environment import with_user_settings
 from ...records import STOPPED, Plan, StopRecord, read_record
 from ...run_log import LAUNCH_ID, hangs, record_stop
 from ...slurm import job_restarts, srun_per_node
+from ... import capture
 from .lock import RunLock
 
 
@@ -96,7 +97,9 @@ def run(plan: Plan, script: str, script_args: list[str], out: str, extra_env: di
     ranks have exited, before a stopped run is requeued (script mode's last checkpoint copy)."""
     launch = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}"   # hangs of one launch are counted together
     env = {**with_user_settings(plan.env, os.environ), **(extra_env or {}), LAUNCH_ID: launch}
-    cmd = command(plan, script, script_args, env)
+    code = capture.ensure(plan, env)   # the run's own code, as it was at its first launch
+    env.update(code.env(env))
+    cmd = command(plan, code.script(script) if plan.script else script, script_args, env)
     marker = Path(out) / STOPPED
     lock = RunLock(plan.durable_dir, env.get("SLURM_JOB_ID"))
     lock.acquire()   # one trainer per run: another live job or process training it is waited for
