@@ -2,8 +2,8 @@
 
 A finished run's newest checkpoint is its end: run again, it resumes there and trains nothing. To
 retrain it, its checkpoints go (on scratch and on the fast root this shell sees; a job's own fast
-root is purged when the job ends), with the copy of its finished record on scratch and its results
-directory. Its history (history.jsonl, sessions, stops) stays: it is what right-sizing learns from.
+root is purged when the job ends), with its captured code, the copy of its finished record on
+scratch and its results directory. Its history (history.jsonl, sessions, stops) stays: it is what right-sizing learns from.
 Nothing outside the run's own directories is touched.
 """
 from __future__ import annotations
@@ -26,6 +26,7 @@ def removals(plan: Plan, results: Path) -> list[Path]:
     """What restarting the run removes, of what exists."""
     fast = run_dir(fast_root(plan.roots.tmp_shared).path, plan.run)
     candidates = [(plan.checkpoints_dir, plan.durable_dir), (trained_record_path(plan), plan.durable_dir),
+                  (plan.durable_dir / "code", plan.durable_dir),   # its captured code: the next start takes the tree's
                   (fast / "checkpoints", fast), (results / plan.run, results)]
     return [path for path, root in candidates if path.exists() and is_under(path, root)]
 

@@ -30,6 +30,7 @@ def test_a_rerun_keeps_a_finished_runs_figures_and_restart_trains_it_from_step_0
     done = run([*restart, "--yes"], cwd=tmp_path)
     assert "the next invocation trains r from step 0" in done.stdout
     assert not durable.exists() and not (tmp_path / "results/r").exists()
+    assert not (tmp_path / "scratch/airetrain/r/code").exists()   # the next start captures the code anew
     assert (tmp_path / "scratch/airetrain/r/history.jsonl").exists()   # its history stays
     snakemake(tmp_path, cfg, "--cores", "2")
     retrained = read_json(tmp_path / "results/r/train.json")
