@@ -3,8 +3,8 @@
 A finished run's newest checkpoint is its end: run again, it resumes there and trains nothing. To
 retrain it, its checkpoints go (on scratch and on the fast root this shell sees; a job's own fast
 root is purged when the job ends), with its captured code, the copy of its finished record on
-scratch and its results directory. Its history (history.jsonl, sessions, stops) stays: it is what right-sizing learns from.
-Nothing outside the run's own directories is touched.
+scratch and its results directory. Its history (history.jsonl, sessions, stops) stays: it is what
+right-sizing learns from. Nothing outside the run's own directories is touched.
 """
 from __future__ import annotations
 

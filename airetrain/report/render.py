@@ -134,7 +134,8 @@ def html_table(df: pd.DataFrame, columns: list[str], headers: dict[str, str], cs
             value = row.get(c)
             klass = cell_class(c, value)
             cells.append(f'<td{f" class={klass!r}" if klass else ""}>{html.escape(cell_text(c, value))}</td>')
-        rows.append("<tr>" + "".join(cells) + "</tr>")
+        anchor = f' id="run-{html.escape(str(row.get("run")))}"' if css == "key" else ""   # results.html links here
+        rows.append(f"<tr{anchor}>" + "".join(cells) + "</tr>")
     return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 

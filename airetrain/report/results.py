@@ -261,26 +261,53 @@ def write(results: Path, runs: list[str], out_dir: Path, efficiency: pd.DataFram
     return paths
 
 
+# clicking a column's header sorts the table by it (numbers by their value, the rest as text)
+SORTABLE = """<script>document.querySelectorAll("table").forEach(t => t.querySelectorAll("th").forEach((th, i) =>
+  th.addEventListener("click", () => {
+    const body = t.tBodies[0], rows = [...body.rows], up = th.dataset.up !== "1";
+    const key = r => { const s = r.cells[i].textContent, n = parseFloat(s); return isNaN(n) ? s : n; };
+    rows.sort((a, b) => (key(a) > key(b) ? 1 : key(a) < key(b) ? -1 : 0) * (up ? 1 : -1));
+    th.dataset.up = up ? "1" : "0"; rows.forEach(r => body.appendChild(r));
+  })));</script>"""
+
+
+def _rows_html(rows: list[list[str]], first_table: bool) -> str:
+    """The group table's groups link to their runs below; the runs link to their rows of the efficiency page."""
+    out, seen = [], set()
+    for cells in rows:
+        name = cells[0]
+        if first_table:
+            cells = [f'<a href="#group-{name}">{name}</a>', *cells[1:]]
+            anchor = ""
+        else:
+            group = cells[1]
+            anchor = f' id="group-{group}"' if group not in seen else ""
+            seen.add(group)
+            cells = [f'<a href="efficiency.html#run-{name}">{name}</a>', *cells[1:]]
+        out.append(f"<tr{anchor}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return "".join(out)
+
+
 def _html(text: str, images: dict[str, bytes]) -> str:
-    """The page: the markdown's tables as HTML tables, its paragraphs as paragraphs."""
+    """The page: the markdown's tables as HTML tables (sortable, linked), its paragraphs as paragraphs."""
     import base64
     import html
 
-    body, table = [], []
+    body, table, tables = [], [], 0
     for line in text.splitlines() + [""]:
         if line.startswith("|"):
             table.append([html.escape(c.strip()) for c in line.strip("|").split("|")])
             continue
         if table:
             head, rest = table[0], table[2:]
-            cells = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rest)
-            body.append(f"<table{' class=key' if not body else ''}><thead><tr>"
-                        + "".join(f"<th>{c}</th>" for c in head) + f"</tr></thead><tbody>{cells}</tbody></table>")
-            table = []
+            body.append(f"<table{' class=key' if not tables else ''}><thead><tr>"
+                        + "".join(f"<th>{c}</th>" for c in head)
+                        + f"</tr></thead><tbody>{_rows_html(rest, not tables)}</tbody></table>")
+            table, tables = [], tables + 1
         if line:
             body.append(f"<p>{html.escape(line)}</p>")
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>airetrain results</title><style>"
-            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style></head><body>"
-            "<h1>Results</h1>" + "".join(body)
+            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}th{cursor:pointer}"
+            "</style></head><body><h1>Results</h1>" + "".join(body)
             + "".join(f'<figure><img alt="{html.escape(m)}" src="data:image/png;base64,{base64.b64encode(d).decode()}">'
-                      "</figure>" for m, d in images.items()) + "</body></html>\n")
+                      "</figure>" for m, d in images.items()) + SORTABLE + "</body></html>\n")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..fsutil import read_json
 from ..text import clock
+from ..capture import changed
 from ..records import STOPPED, Plan, read_plan
 from ..run_log import LOCK, hangs, sessions
 from .fold import lookup
@@ -152,6 +153,9 @@ def run_status(name: str, results: Path, logs: Path, queued: dict | None, accoun
             row.update(state="trained", detail="not promoted yet")
     if row.get("requeues"):
         row["detail"] = (row["detail"] + f" [requeued {row['requeues']}x{row['requeued_after']}]").strip()
+    if plan and row["state"] != "done" and (edited := changed(plan)):   # it keeps its capture until it finishes
+        row["code_changed"] = edited
+        row["detail"] = (row["detail"] + " [code changed since this run started]").strip()
     hung = len(hangs(plan.durable_dir)) if plan else 0
     if hung:
         row["hangs"] = hung

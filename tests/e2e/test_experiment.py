@@ -36,7 +36,38 @@ def test_two_settings_by_three_seeds_give_a_results_table_with_their_means_and_i
     assert "± " in (report / "results.md").read_text()
     seen = measure(report / "results.html", tmp_path)
     assert seen["rows"] == 2 and seen["images"] == seen["loaded"] >= 2 and seen["page_width"] <= 1280, seen
+    page, efficiency = (report / "results.html").read_text(), (report / "efficiency.html").read_text()
+    assert '<a href="#group-cnn-lr3e-3">' in page and 'id="group-cnn-lr3e-3"' in page
+    for seed in range(3):   # each run links to its row of the efficiency page, which is there
+        run_name = f"cnn-lr3e-4-seed{seed}"
+        assert f'href="efficiency.html#run-{run_name}"' in page and f'id="run-{run_name}"' in efficiency
+
+    assert sorted_first_rows(report / "results.html", tmp_path) == ["cnn-lr3e-3", "cnn-lr3e-4"]
 
     found = json.loads(run([str(BIN / "airetrain"), "compare", "--results", str(tmp_path / "results"), "--json",
                             "cnn-lr3e-3", "cnn-lr3e-4"]).stdout)
     assert list(found["differs"]) == ["optim.lr"]
+
+
+CLICK_EVAL_LOSS = """<script>window.addEventListener("load", () => {
+  const t = document.querySelector("table.key");
+  const th = [...t.tHead.rows[0].cells].find(c => c.textContent === "eval_loss");
+  const first = () => t.tBodies[0].rows[0].cells[0].textContent, seen = [];
+  th.click(); seen.push(first()); th.click(); seen.push(first());
+  document.body.setAttribute("data-sorted", JSON.stringify(seen));
+});</script>"""
+
+
+def sorted_first_rows(page, tmp) -> list[str]:
+    """In headless Chromium: the group table's first row after a click on eval_loss (ascending: the
+    lowest loss first), then after a second click (descending)."""
+    import re
+    import subprocess
+
+    from browser import FLAGS, need_chromium
+
+    probe = tmp / "sorted.html"
+    probe.write_text(page.read_text().replace("</body>", CLICK_EVAL_LOSS + "</body>"))
+    dom = subprocess.run([need_chromium(), *FLAGS, "--dump-dom", probe.as_uri()], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    return json.loads(re.search(r'data-sorted="([^"]*)"', dom).group(1).replace("&quot;", '"'))

@@ -73,3 +73,21 @@ def test_while_accounting_is_unavailable_the_table_says_so_above_squeues_states(
     assert first == ("SLURM accounting unavailable: sacct gave no answer within 15 s: states are squeue's (queued "
                      "and running jobs); a job that has ended shows no final state until accounting answers again")
     assert header.split() == ["run", "state", "job", "detail"]
+
+
+def test_a_run_whose_code_changed_since_it_started_says_so_until_it_is_done(tmp_path):
+    from airetrain.capture import ensure
+
+    results, logs = tmp_path / "results", tmp_path / "logs"
+    package = tmp_path / "code" / "mylab"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "models.py").write_text("def build(meta, cfg):\n    return None\n")
+    plan = write_plan(results, tmp_path, "x", {"model": {"name": "mylab.models:build"}})
+    ensure(plan, {"PYTHONPATH": str(tmp_path / "code")})   # its first launch
+    write(results / "x" / "STOPPED", {"reason": "deadline", "step": 4, "of_steps": 10, "checkpoint": {}})
+    assert "code changed" not in run_status("x", results, logs, None, {})["detail"]
+    (package / "models.py").write_text("def build(meta, cfg):\n    return 1\n")
+    row = run_status("x", results, logs, None, {})
+    assert row["code_changed"] == ["mylab/models.py"]
+    assert row["detail"] == "at step 4/10 (deadline): waiting to resume [code changed since this run started]"
