@@ -63,7 +63,9 @@ def test_a_second_snakemake_after_the_first_died_waits_for_the_job_still_trainin
     released = next(e["time"] for e in lock_events(run_dir) if e["event"] == "released the lock")
     sessions = [json.loads(line) for line in (run_dir / "sessions.jsonl").read_text().splitlines()]
     assert [s["slurm_job_id"] for s in sessions] == [job1, job2] and sessions[1]["started"] > released
+    # the second found the run trained: train.json is the first job's training, not the empty session's
     summary = read_json(results / "train.json")
-    assert summary["slurm_job_id"] == job2 and summary["resumed_from_step"] == summary["steps"]   # found finished
+    assert summary["slurm_job_id"] == job1 and summary["steps_this_session"] == summary["steps"] > 0
+    assert "already trained: long resumed at its last step" in (work / "logs/long/train.log").read_text()
     assert read_json(results / "checkpoint.json")["verified"]
     assert f"run long is being trained by SLURM job {job1}" in (work / "logs/long/train.log").read_text()
