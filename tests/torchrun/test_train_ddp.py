@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from airetrain.checkpoint import store
+
 from conftest import launch_training, read_json
 
 
@@ -57,6 +59,14 @@ def test_an_evaluation_at_every_epochs_end_in_metrics_jsonl_and_tensorboard(ddp_
     assert summary["evaluations"] == 4 and summary["eval_s"] > 0
     assert summary["eval_loss"] == evaluations[-1]["eval_loss"]   # the final evaluation, not a fifth one
     assert "no validation split: the evaluations during training run on the test split" in proc.stdout
+    # the default monitor (eval_loss, min): the best is where the curve is lowest, kept and listed
+    lowest = min(evaluations, key=lambda line: line["eval_loss"])
+    assert summary["best"] == {"step": lowest["step"], "epoch": lowest["epoch"], "metric": "eval_loss",
+                               "value": lowest["eval_loss"]}
+    durable = Path(summary["checkpoint"]["path"]).parent
+    best = [e for e in store.entries(durable) if e["step"] == lowest["step"]]
+    assert len(best) == 1 and best[0]["best"]["step"] == lowest["step"]
+    store.verify(durable / best[0]["file"], best[0])
 
 
 def test_train_json_has_every_field_with_plausible_values(ddp_run):
