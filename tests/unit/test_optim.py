@@ -27,17 +27,22 @@ def test_no_warm_up_starts_at_the_full_rate():
     assert lr_factor(0, 0, 10, "cosine") == 1.0
 
 
+def stepped_rates(optimizer, scheduler, steps: int) -> list[float]:
+    """The learning rate of each of `steps` optimizer steps, the schedule stepped after each."""
+    rates = []
+    for _ in range(steps):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
 def test_the_scheduler_sets_the_optimizers_rate_step_by_step():
     cfg = Optim.with_defaults("optim", {"name": "sgd", "lr": 0.2, "momentum": 0.0, "weight_decay": 0.0,
                                         "warmup_steps": 2, "schedule": "cosine"})
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = make_optimizer(cfg, torch.nn.ParameterList([param]))
-    scheduler = make_scheduler(cfg, optimizer, total_steps=6)
-    rates = []
-    for _ in range(6):
-        rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
+    rates = stepped_rates(optimizer, make_scheduler(cfg, optimizer, total_steps=6), 6)
     expected = [0.2 * lr_factor(s, 2, 6, "cosine") for s in range(6)]
     assert rates == pytest.approx(expected)
     assert rates[1] == pytest.approx(0.2) and rates[4] == pytest.approx(0.2 * 0.5 * (1 + math.cos(math.pi * 0.5)))
@@ -79,12 +84,7 @@ def test_a_users_schedule_follows_the_warm_up_and_a_users_optimizer_gets_the_mod
                                         "schedule": "mine:schedule"})
     optimizer = make_optimizer(cfg, torch.nn.Linear(3, 1))
     assert isinstance(optimizer, torch.optim.SGD) and optimizer.defaults["lr"] == pytest.approx(0.1)
-    scheduler = make_scheduler(cfg, optimizer, total_steps=10)
-    rates = []
-    for _ in range(7):
-        rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
+    rates = stepped_rates(optimizer, make_scheduler(cfg, optimizer, total_steps=10), 7)
     assert rates == pytest.approx([0.05, 0.1, 0.05, 0.05, 0.025, 0.025, 0.0125])   # warm-up, then its own
     with pytest.raises(TypeError, match="optim.name mine:not_an_optimizer returned list, not a torch.optim"):
         make_optimizer(cfg.replace(name="mine:not_an_optimizer"), torch.nn.Linear(3, 1))
