@@ -44,7 +44,7 @@ browser:
 
 lint: install
 	$(VENV)/bin/snakemake --lint
-	$(VENV)/bin/ruff check airetrain tests benchmarks scripts
+	$(VENV)/bin/ruff check airetrain tests benchmarks
 
 # After a deliberate upgrade in the venv (and a passing `make test`): write its versions as the pins.
 lock: install

@@ -1,26 +1,13 @@
-# airetrain: config -> plan -> stage -> train -> promote -> report.
-# Each run's stage, train and promote share one SLURM allocation (group run_<name>),
-# because the fast root ($TMP_SHARED) is purged when the job ends.
-from snakemake.utils import min_version
-
-min_version("9.0")
-
-
+# This checkout is a project like any other: it uses the workflow packaged in airetrain/workflow/ as a
+# Snakemake module, as the Snakefile that `airetrain init` writes for your own project does.
 configfile: "config/config.yaml"
 
 
-report: "workflow/report/workflow.rst"
+module airetrain:
+    snakefile:
+        "airetrain/workflow/Snakefile"
+    config:
+        config
 
 
-include: "workflow/rules/common.smk"
-include: "workflow/rules/plan.smk"
-include: "workflow/rules/stage.smk"
-include: "workflow/rules/train.smk"
-include: "workflow/rules/promote.smk"
-include: "workflow/rules/report.smk"
-
-
-rule all:
-    input:
-        get_final_outputs(),
-    default_target: True
+use rule * from airetrain

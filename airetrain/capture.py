@@ -16,13 +16,13 @@ import hashlib
 import importlib.machinery
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError
 from .fingerprints import fingerprint
 from .fsutil import read_json, sha256_file, write_json_atomic
+from .provenance import airetrain_state
 from .records import Plan
 
 MANIFEST = "manifest.json"
@@ -83,14 +83,6 @@ def sources(plan: Plan, env) -> dict[str, Path]:
     return found
 
 
-def _airetrain() -> dict:
-    from . import __version__
-
-    repo = Path(__file__).resolve().parents[1]
-    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return {"version": __version__, "commit": commit.stdout.strip() if commit.returncode == 0 else None}
-
-
 def ensure(plan: Plan, env=None) -> Capture:
     """This fingerprint's capture: the one made at the run's first launch, else made now."""
     env = os.environ if env is None else env
@@ -112,7 +104,7 @@ def ensure(plan: Plan, env=None) -> Capture:
     partial.mkdir(parents=True, exist_ok=True)
     manifest = {"fingerprint": directory.name, "files": {rel: sha256_file(partial / rel) for rel in files},
                 "sources": {rel: str(path) for rel, path in files.items()}, "bytes": size,
-                "airetrain": _airetrain()}
+                "airetrain": airetrain_state()}
     write_json_atomic(partial / MANIFEST, manifest)
     shutil.rmtree(directory, ignore_errors=True)
     os.replace(partial, directory)

@@ -81,6 +81,9 @@ def _forecast(args, plans: dict) -> None:
 def _plan(args) -> None:
     from .plan.overview import format_table
 
+    if args.profile:   # its account reaches every job: a placeholder is refused here, as in the workflow
+        from .profiles import account_of
+        account_of(args.profile)
     plans = {name: resolve_plan(plan) for name, plan in _load_plans(args.configfile, args.right_size).items()}
     if args.forecast:
         _forecast(args, plans)
@@ -130,24 +133,13 @@ def _prepare(args) -> None:
 def _pack(args) -> None:
     from .stage.transfer import StageError
     from .stage.pack import pack
+    from .units import size_bytes
 
     try:
-        pack(args.src, args.dest, _bytes(args.shard_size), args.jobs, log=lambda line: print(line, flush=True))
+        pack(args.src, args.dest, size_bytes(args.shard_size, "--shard-size"), args.jobs,
+             log=lambda line: print(line, flush=True))
     except StageError as e:
         raise ConfigError(str(e)) from None
-
-
-def _bytes(text: str) -> int:
-    """A size as people write it: 512MB, 1.5GB, 64k (decimal units, as tar and ls -h --si)."""
-    import re
-
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKMGT]?)B?\s*", text)
-    if not m:
-        raise ConfigError(f"--shard-size {text!r}: give a size such as 512MB, 2GB or 100k")
-    value = float(m.group(1)) * 1000 ** " KMGT".index(m.group(2).upper() or " ")
-    if value < 1:
-        raise ConfigError(f"--shard-size {text!r}: a shard holds at least one byte")
-    return int(value)
 
 
 def _stage(args) -> None:
@@ -170,30 +162,9 @@ def _launch(args) -> None:
 
 
 def _promote(args) -> None:
-    from .checkpoint import store
-    from .checkpoint.promote import promote, promote_best
-    from .checkpoint.weights import BEST_WEIGHTS, write_weights
-    from .records import CheckpointRecord, Plan, RunRecord, TrainRecord, read_record, write_record
-    from .run_log import run_record
+    from .checkpoint.promote_step import promote_run
 
-    plan, train = read_record(args.plan, Plan), read_record(args.train, TrainRecord)
-    result = promote(train["checkpoint"], plan.checkpoints_dir, plan.config.checkpoint.keep)
-    if result["kind"] != store.MIRROR:   # a script's checkpoints are its own format
-        result["weights"] = write_weights(result)
-        if best := promote_best(result, plan.checkpoints_dir, plan.config.checkpoint.keep):
-            result["best"] = {"path": best["path"], **result["best"], "sha256": best["sha256"],
-                              "weights": write_weights(best, BEST_WEIGHTS)}
-    write_record(args.out, CheckpointRecord, result)
-    if args.record:
-        record = run_record(plan, train, args.workflow_dir)
-        write_record(args.record, RunRecord, record)
-    print(f"promoted {result['path']} ({result['size']} bytes, sha256 {result['sha256'][:12]}…): {result['mode']}")
-    if "weights" in result:
-        print(f"weights: {result['weights']['path']} ({result['weights']['size']} bytes, safetensors)")
-    if "best" in result:
-        b = result["best"]
-        print(f"best: step {b['step']} (epoch {b['epoch']}), {b['metric']} {b['value']:.6g}: {b['path']}, "
-              f"weights {b['weights']['path']}")
+    print("\n".join(promote_run(args.plan, args.train, args.out, args.record, args.project_dir)))
 
 
 def _history(args) -> None:
@@ -282,6 +253,14 @@ def _compare(args) -> None:
     print(__import__("json").dumps(found, indent=1, default=str) if args.json else format_compare(found))
 
 
+def _init(args) -> None:
+    from .project import init
+
+    written = init(args.directory, args.script, args.gpus, args.account)
+    print("wrote " + ", ".join(str(p) for p in written))
+    print(f"next: cd {args.directory} && airetrain plan && snakemake --cores 2")
+
+
 def main(argv=None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="airetrain", description=__doc__)
@@ -296,7 +275,18 @@ def main(argv=None) -> None:
                    help="for each run's layouts (forecast.gpus, else its gpus): SLURM's predicted start "
                         "(sbatch --test-only; nothing is queued), the duration from history, the finish")
     p.add_argument("--json", action="store_true", help="with --forecast: the forecast as data")
+    p.add_argument("--profile", metavar="DIR", help="also check the profile's account (e.g. profiles/aire)")
     p.set_defaults(func=_plan)
+
+    p = sub.add_parser("init", help="write a project of your own that uses this workflow as a Snakemake module")
+    p.add_argument("directory", nargs="?", default=".")
+    p.add_argument("--script", help="the run trains with your own script (script mode), e.g. train.py")
+    p.add_argument("--gpus", type=int, help="the run's GPUs (default: 0, CPU processes)")
+    p.add_argument("--account", help="your SLURM account, for profiles/aire (else a placeholder to fill in)")
+    p.set_defaults(func=_init)
+
+    p = sub.add_parser("workflow-path", help="where the installed workflow's files are (Snakefile, rules, profiles)")
+    p.set_defaults(func=lambda args: print(__import__("airetrain.workflow").workflow.ROOT))
 
     p = sub.add_parser("resolve", help="decide a planned run's strategy (the memory estimate) and write plan.json")
     p.add_argument("--plan-json", required=True, help="the run's plan as the workflow made it, as JSON")
@@ -349,7 +339,7 @@ def main(argv=None) -> None:
     p.add_argument("--train", required=True, help="train.json")
     p.add_argument("--out", required=True, help="checkpoint.json")
     p.add_argument("--record", help="also write the run record (run.json) here")
-    p.add_argument("--workflow-dir", default=".", help="the workflow's git checkout, for the run record")
+    p.add_argument("--project-dir", default=".", help="the project's git checkout, for the run record")
     p.set_defaults(func=_promote)
 
     p = sub.add_parser("status", help="where every run is: planned, pending (why, expected start), staging, training "

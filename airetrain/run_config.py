@@ -1,6 +1,6 @@
 """The resolved configuration as typed records: one dataclass per section of the schema, one field per key.
 
-The schema (workflow/schemas/config.schema.yaml) stays the one source of the keys, their defaults
+The schema (airetrain/workflow/schemas/config.schema.yaml) stays the one source of the keys, their defaults
 and their descriptions: the planner validates a config against it and fills in its defaults, and
 only then are these records made, from a complete config. A test fails when a record and the
 schema disagree (a key missing on either side, or a type that does not fit).

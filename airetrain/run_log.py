@@ -8,11 +8,11 @@ SLURM job id, requeues included).
 """
 import hashlib
 import json
-import subprocess
 import time
 from pathlib import Path
 
 from .fsutil import read_json
+from .provenance import airetrain_state, git_state
 from .records import Plan, RunRecord
 
 SESSIONS = "sessions.jsonl"
@@ -46,21 +46,6 @@ def versions() -> dict:
         "snakemake-executor-plugin-slurm": dist_version("snakemake-executor-plugin-slurm"),
         "airetrain": dist_version("airetrain"),
     }
-
-
-def git_state(directory: str | Path) -> dict:
-    """The workflow's commit and whether its tracked files differ from it (None outside git)."""
-    def git(*args):
-        return subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=30)
-
-    try:
-        head = git("rev-parse", "HEAD")
-        if head.returncode:
-            return {"commit": None, "dirty": None}
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
-        return {"commit": head.stdout.strip(), "dirty": dirty}
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
 
 
 def record_session(run_dir: str | Path, job_id: str | None, resumed_from_step: int | None, hosts: list[str],
@@ -109,7 +94,7 @@ def sessions(run_dir: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def run_record(plan: Plan, train: dict, workflow_dir: str | Path) -> RunRecord:
+def run_record(plan: Plan, train: dict, project_dir: str | Path) -> RunRecord:
     runs = sessions(plan.durable_dir)
     job_ids = list(dict.fromkeys(s["slurm_job_id"] for s in runs if s["slurm_job_id"]))
     config = plan.config.to_dict()
@@ -118,7 +103,8 @@ def run_record(plan: Plan, train: dict, workflow_dir: str | Path) -> RunRecord:
         "config": config,
         "config_sha256": config_hash(config),
         "seed": plan.config.train.seed,
-        "workflow": git_state(workflow_dir),
+        "project": git_state(project_dir),
+        "airetrain": airetrain_state(),
         "versions": versions(),
         "hostnames": sorted({h for s in runs for h in s["hostnames"]} | set(train.get("hostnames", []))),
         "slurm_job_ids": job_ids,

@@ -1,4 +1,4 @@
-"""The config schema (workflow/schemas/config.schema.yaml, packaged as airetrain/plan/config.schema.yaml):
+"""The config schema (airetrain/workflow/schemas/config.schema.yaml, shipped with the workflow):
 loaded once, and the defaults it gives every key.
 
 It is the one source of the configuration's keys, defaults and descriptions: the planner validates
@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-SCHEMA_PATH = Path(__file__).parent / "plan" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).parent / "workflow" / "schemas" / "config.schema.yaml"
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""SLURM's units, read and written in one place: durations and memory sizes.
+"""SLURM's units, read and written in one place: durations and memory sizes, and sizes as people write them.
 
 Durations as squeue and sacct print them: [D-]HH:MM:SS, MM:SS, either with .mmm, or a word
 (UNLIMITED, NOT_SET, INVALID, Partition_Limit) where there is no duration. Sizes as sacct prints
@@ -7,6 +7,8 @@ them: 411280K, 1.5G, 4000M, 4000Mn (per node), 2000Mc (per core); SLURM's M is a
 from __future__ import annotations
 
 import re
+
+from .errors import ConfigError
 
 SIZE_UNITS_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2, "P": 1024.0 ** 3}
 _DURATION = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")
@@ -34,3 +36,14 @@ def size_mb(text: str | None) -> float:
     """MB (MiB) of a SLURM size; a bare number is MB; anything else is 0."""
     m = _SIZE.fullmatch(text or "")
     return float(m.group(1)) * SIZE_UNITS_MB.get(m.group(2) or "M", 1.0) if m else 0.0
+
+
+def size_bytes(text: str, what: str) -> int:
+    """A size as people write it: 512MB, 1.5GB, 64k (decimal units, as tar and ls -h --si)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKMGT]?)B?\s*", text)
+    if not m:
+        raise ConfigError(f"{what} {text!r}: give a size such as 512MB, 2GB or 100k")
+    value = float(m.group(1)) * 1000 ** " KMGT".index(m.group(2).upper() or " ")
+    if value < 1:
+        raise ConfigError(f"{what} {text!r}: a shard holds at least one byte")
+    return int(value)

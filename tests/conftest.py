@@ -210,6 +210,7 @@ def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t", env: dict |
     from airetrain.roots import Root
     from airetrain.stage.prepare import prepare
     from airetrain.stage.staging import stage_dataset, stage_record
+    from airetrain.workflow import TRAIN_SCRIPT
 
     for path in reversed([*(env or {}).get("PYTHONPATH", "").split(os.pathsep), str(cwd or "")]):
         if path and path not in sys.path:
@@ -223,7 +224,7 @@ def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t", env: dict |
     staged = stage_dataset(plan.dataset, target, plan.config.data.format) if plan.dataset else None
     write_json_atomic(out / "stage.json", stage_record(staged, Root(tmp_path / "fast", "config"), None))
     cmd = [sys.executable, "-m", "airetrain", "launch", "--plan", str(out / "plan.json"),
-           "--stage", str(out / "stage.json"), "--out", str(out), "--script", str(REPO / "scripts/train.py")]
+           "--stage", str(out / "stage.json"), "--out", str(out), "--script", str(TRAIN_SCRIPT)]
     return out, cmd
 
 

@@ -82,3 +82,4 @@ def promote_mirror(entry: dict, durable_dir: str | Path) -> dict:
         raise CheckpointError(f"{durable_dir}: the durable files differ from those train.json names")
     return {**entry, "path": str(durable_dir), "source": str(durable_dir), "mode": "already durable",
             "verified": True}
+

@@ -13,7 +13,7 @@ STEPS = {
     "stage": ("stage", "--plan", "{plan}", "--out", "{out}"),
     "launch": ("launch", "--plan", "{plan}", "--stage", "{stage}", "--out", "{out}", "--script", "{script}"),
     "promote": ("promote", "--plan", "{plan}", "--train", "{train}", "--out", "{out}", "--record", "{record}",
-                "--workflow-dir", "{workflow_dir}"),
+                "--project-dir", "{project_dir}"),
     "report": ("report", "--results", "{results}", "--out", "{out}"),
 }
 

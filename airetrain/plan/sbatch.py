@@ -13,6 +13,7 @@ from pathlib import Path
 from ..environment import APPENDED
 from ..records import Plan
 from ..typed import to_dict
+from ..workflow import TRAIN_SCRIPT
 from .commands import command, run_paths
 from .planner import datasets_to_prepare
 from .request import sbatch_options
@@ -47,8 +48,8 @@ def script(plan: Plan, workdir: str | Path, repo: str | Path) -> str:
     lines += [
         command("stage", plan=paths["plan"], out=paths["stage"]),
         command("launch", plan=paths["plan"], stage=paths["stage"], out=paths["out"],
-                script=str(repo / "scripts" / "train.py")),
+                script=str(TRAIN_SCRIPT)),
         command("promote", plan=paths["plan"], train=paths["train"], out=paths["checkpoint"],
-                record=paths["record"], workflow_dir=str(repo)),
+                record=paths["record"], project_dir=str(workdir)),
     ]
     return "\n".join(lines) + "\n"

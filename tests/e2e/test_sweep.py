@@ -1,4 +1,6 @@
 """Sweeps, site limits, run records, and reruns of exactly the runs a config change affects."""
+import subprocess
+
 import pytest
 
 from airetrain.plan import config
@@ -67,10 +69,16 @@ def test_manifest_and_rerunning_only_what_a_change_affects(tmp_path):
     base = {"roots": {"scratch": str(tmp_path / "scratch"), "tmp_shared": str(tmp_path / "fast")},
             "defaults": {"train": {"epochs": 2}}, "runs": {"a": {}, "b": {}}}
     cfg = write_config(tmp_path / "c.yaml", base)
+    # the working directory is the project: a git repository of its own, whose commit the record names
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "the project"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
     snakemake(tmp_path, cfg, "--cores", "2")
     m = read_json(tmp_path / "results/a/run.json")
     assert m["config"]["optim"]["lr"] == 0.003 and m["seed"] == 0 and len(m["config_sha256"]) == 64
-    assert m["workflow"]["commit"] and isinstance(m["workflow"]["dirty"], bool)
+    assert m["project"] == {"commit": head, "dirty": False}
+    assert m["airetrain"]["version"] and m["airetrain"]["commit"] != head   # this checkout's, not the project's
     assert m["versions"]["torch"] and m["versions"]["snakemake"] and "nccl" in m["versions"]
     assert m["hostnames"] and m["slurm_job_ids"] == [] and len(m["sessions"]) == 1
     assert m["checkpoint"]["sha256"] == read_json(tmp_path / "results/a/checkpoint.json")["sha256"]

@@ -65,4 +65,4 @@ def test_runs_deep_merge_onto_defaults():
 def test_snakemake_validate_accepts_what_we_accept():
     from snakemake.utils import validate
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    validate(cfg, str(REPO / "workflow/schemas/config.schema.yaml"))
+    validate(cfg, str(REPO / "airetrain/workflow/schemas/config.schema.yaml"))

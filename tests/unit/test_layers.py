@@ -3,7 +3,8 @@
     shared modules (airetrain/*.py but the commands)    import only shared modules
     stages (plan, stage, checkpoint, report, train)      import shared modules and themselves, and another
                                                          stage only where ALLOWED says why
-    commands (cli, job, doctor, __main__)                import anything
+    commands (cli, job, doctor, __main__, and the       import anything
+    workflow's scripts)
 
 and no cycle between any two modules of the package."""
 import ast
@@ -65,6 +66,8 @@ def layer(module: str) -> tuple[str, str]:
         return "shared", "airetrain"
     if parts[1] in STAGES:
         return "stage", parts[1]
+    if parts[1] == "workflow" and len(parts) > 2:   # the workflow's scripts: torchrun's entry point
+        return "command", ".".join(parts[1:])
     return ("command" if parts[1] in COMMANDS else "shared"), parts[1]
 
 

@@ -13,7 +13,7 @@ if PREPARED_DATASETS:
         wildcard_constraints:
             dataset="|".join(map(re.escape, PREPARED_DATASETS)),
         conda:
-            "../../envs/aire.yaml"
+            "../envs/aire.yaml"
         shell:
             "{params.cmd} > {log:q} 2>&1"
 
@@ -40,6 +40,6 @@ rule stage:
         slurm_partition=partition,
         slurm_account=account,
     conda:
-        "../../envs/aire.yaml"
+        "../envs/aire.yaml"
     shell:
         "{params.cmd} > {log:q} 2>&1"

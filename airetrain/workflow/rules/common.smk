@@ -6,20 +6,24 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 
-# The package is this checkout's, here and in every job (local, SLURM, --use-conda), installed or
-# not: first on sys.path for this parse, then first on PYTHONPATH for the jobs, which inherit it.
-sys.path.insert(0, workflow.basedir)
+# The package is the one this workflow belongs to (<package>/workflow/rules/ is this file's folder).
+# From a source checkout, installed or not, it goes first on sys.path for this parse and first on
+# PYTHONPATH for the jobs (local, SLURM, --use-conda), which inherit it; an installed one is already there.
+PACKAGE_PARENT = os.path.abspath(os.path.join(str(workflow.current_basedir), "..", "..", ".."))
+if os.path.exists(os.path.join(PACKAGE_PARENT, "pyproject.toml")):
+    sys.path.insert(0, PACKAGE_PARENT)
+    from airetrain.plan.interpreter import put_package_first
 
-from airetrain.plan.interpreter import put_package_first
-
-put_package_first(workflow.basedir)
+    put_package_first(PACKAGE_PARENT)
 
 from airetrain.errors import ConfigError
 from airetrain.plan.commands import command, run_paths
 from airetrain.plan.interpreter import rule_python
 from airetrain.plan.planner import datasets_to_prepare, plan_workflow
 from airetrain.plan.overview import format_table
+from airetrain.profiles import account_problem, unquoted
 from airetrain.typed import to_dict
+from airetrain.workflow import TRAIN_SCRIPT
 
 # Plan every run in this one process; refusals stop the workflow before anything is submitted.
 # Inside a job (Snakemake parses this file again there) the plan keeps the submit host's roots.
@@ -29,11 +33,15 @@ try:
     PYTHON = rule_python(DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method)
 except ConfigError as e:
     raise WorkflowError(f"airetrain: {e}") from None
+# The profile's default-resources slurm_account: the rules' own slurm_account resource would hide it.
+_default = (workflow.resource_settings.default_resources or {}).get("slurm_account")
+PROFILE_ACCOUNT = unquoted(getattr(_default, "raw", None))
+if problem := account_problem(PROFILE_ACCOUNT, "the profile's default-resources"):
+    raise WorkflowError(f"airetrain: {problem}")
 if workflow.is_main_process:
     logger.info(f"airetrain plan:\n{format_table(PLANS)}")
 
 RUNS = list(PLANS)
-TRAIN_SCRIPT = os.path.join(workflow.basedir, "scripts", "train.py")
 PREPARED_DATASETS = datasets_to_prepare(PLANS)
 
 
@@ -75,8 +83,8 @@ def partition(wildcards):
 
 
 def account(wildcards):
-    """The run's account if the config names one; else the profile's default or $SBATCH_ACCOUNT."""
-    return PLANS[wildcards.run].slurm.account or ""
+    """The run's account (its config's, else $SBATCH_ACCOUNT), else the profile's, else none (sbatch's default)."""
+    return PLANS[wildcards.run].slurm.account or PROFILE_ACCOUNT or ""
 
 
 def minutes(step):

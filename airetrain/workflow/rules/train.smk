@@ -38,6 +38,6 @@ rule train:
             script=TRAIN_SCRIPT,
         ),
     conda:
-        "../../envs/aire.yaml"
+        "../envs/aire.yaml"
     shell:
         "{params.cmd} >> {log:q} 2>&1"

@@ -23,6 +23,6 @@ rule report:
         "logs/report.log",
     localrule: True
     conda:
-        "../../envs/aire.yaml"
+        "../envs/aire.yaml"
     shell:
         "{params.cmd} > {log:q} 2>&1"

@@ -13,7 +13,7 @@ rule promote:
             train=input.train,
             out=output.checkpoint,
             record=output.record,
-            workflow_dir=workflow.basedir,
+            project_dir=os.getcwd(),  # the project: the working directory
         ),
     log:
         "logs/{run}/promote.log",
@@ -29,6 +29,6 @@ rule promote:
         slurm_partition=partition,
         slurm_account=account,
     conda:
-        "../../envs/aire.yaml"
+        "../envs/aire.yaml"
     shell:
         "{params.cmd} > {log:q} 2>&1"

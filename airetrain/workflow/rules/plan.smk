@@ -16,6 +16,6 @@ rule plan:
         "logs/{run}/plan.log",
     localrule: True
     conda:
-        "../../envs/aire.yaml"
+        "../envs/aire.yaml"
     shell:
         "{params.cmd} > {log:q} 2>&1"

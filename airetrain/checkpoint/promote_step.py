@@ -1,0 +1,31 @@
+"""The promote step: what `airetrain promote` does at the end of a run's SLURM job."""
+from __future__ import annotations
+
+from . import store
+from .promote import promote, promote_best
+from .weights import BEST_WEIGHTS, write_weights
+from ..records import CheckpointRecord, Plan, RunRecord, TrainRecord, read_record, write_record
+from ..run_log import run_record
+
+
+def promote_run(plan_path: str, train_path: str, out: str, record_path: str | None, project_dir: str) -> list[str]:
+    """The promote step: the final checkpoint (and the best) made durable and verified, their weights as
+    safetensors, checkpoint.json, and the run record; what it did, as lines for the step's log."""
+    plan, train = read_record(plan_path, Plan), read_record(train_path, TrainRecord)
+    result = promote(train["checkpoint"], plan.checkpoints_dir, plan.config.checkpoint.keep)
+    if result["kind"] != store.MIRROR:   # a script's checkpoints are its own format
+        result["weights"] = write_weights(result)
+        if best := promote_best(result, plan.checkpoints_dir, plan.config.checkpoint.keep):
+            result["best"] = {"path": best["path"], **result["best"], "sha256": best["sha256"],
+                              "weights": write_weights(best, BEST_WEIGHTS)}
+    write_record(out, CheckpointRecord, result)
+    if record_path:
+        write_record(record_path, RunRecord, run_record(plan, train, project_dir))
+    lines = [f"promoted {result['path']} ({result['size']} bytes, sha256 {result['sha256'][:12]}…): {result['mode']}"]
+    if "weights" in result:
+        lines.append(f"weights: {result['weights']['path']} ({result['weights']['size']} bytes, safetensors)")
+    if "best" in result:
+        b = result["best"]
+        lines.append(f"best: step {b['step']} (epoch {b['epoch']}), {b['metric']} {b['value']:.6g}: {b['path']}, "
+                     f"weights {b['weights']['path']}")
+    return lines

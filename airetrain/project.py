@@ -1,0 +1,114 @@
+"""`airetrain init [DIR]`: a project of the user's own, which uses the installed workflow as a Snakemake
+module, so the project's repository holds only the project's files and upgrading airetrain is a pip install.
+
+Nothing is overwritten: every file that exists already is named and nothing is written.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import ConfigError
+from .profiles import NAMES, built_in, with_account
+
+SNAKEFILE = '''\
+# The airetrain workflow, installed with the package (`airetrain workflow-path` shows where), used as a
+# Snakemake module: your repository holds your configs, code and results; `pip install -U airetrain`
+# upgrades the workflow.
+from airetrain.workflow import snakefile
+
+
+configfile: "config/config.yaml"
+
+
+module airetrain:
+    snakefile:
+        snakefile()
+    config:
+        config
+
+
+use rule * from airetrain
+'''
+
+GITIGNORE = "results/\nlogs/\n.snakemake/\n.airetrain/\n"
+
+CONFIG = '''\
+# One run, described completely under `defaults:`; each entry of `runs:` names a run and changes only
+# what differs from the defaults. Every key, its default and its allowed values: airetrain's
+# docs/configuration.md. `airetrain plan` checks this file and prints what each run will ask for.
+defaults:
+{layout}
+  precision: bf16                             # bf16 autocast (fp32 on CPUs without fast bf16)
+{training}
+  batch: {{global: 64, per_device: 32}}         # per_device < global/devices: gradient accumulation
+  time_min: {{stage: 5, train: 15, promote: 5}}  # the SLURM time limit of each step, in minutes
+  # slurm: {{account: my-account}}              # else $SBATCH_ACCOUNT, else the profile's slurm_account
+
+runs:
+  first: {{}}
+  # second: {{optim: {{lr: 1e-3}}}}               # a second run: only what differs
+'''
+
+BUILT_IN = '''\
+  model: {name: small_cnn, width: 32}         # or your own: {name: mypackage.models:build}
+  data: {name: digits, path: datasets/digits} # a built-in dataset, prepared once; or {name: npy, path: ...}
+  optim: {name: adamw, lr: 3e-3}
+  train: {epochs: 5, seed: 0, log_every_steps: 10}'''
+
+SCRIPT = '''\
+  data: {{name: synthetic}}                     # nothing to stage; {{name: npy, path: DIR}}: staged for you
+  train: {{script: {script}, args: []}}          # run as torchrun runs it; $AIRETRAIN_DATA_DIR and friends are set'''
+
+README = '''\
+# {name}
+
+A training project run by airetrain (`airetrain --help`): your configs in
+`config/`, your code beside them, results in `results/`. Check the plan, train on this machine, then on Aire:
+
+```bash
+airetrain plan                                  # every run's layout and SLURM request; refusals name the key
+snakemake --cores 2                             # here: CPU processes (gloo), or this machine's GPUs
+snakemake --profile profiles/aire               # on Aire's login node: one SLURM job per run
+```
+
+Then `airetrain status` shows where every run is, and `results/report/` holds the efficiency and results
+tables (`efficiency.html`, `results.md`). `profiles/aire/profile.yaml` names the SLURM account.
+'''
+
+
+def layout(gpus: int | None) -> str:
+    if gpus:
+        return f"  gpus: {gpus}                                     # the run's GPUs (3 per Aire node: 4-6 take two)"
+    return ("  gpus: 0                                     # 0: CPU processes; on Aire 1-3 per node, e.g. 3\n"
+            "  processes: 2                                # with gpus: 0, this many CPU processes (gloo)")
+
+
+def files(directory: Path, script: str | None, gpus: int | None, account: str | None) -> dict[Path, str]:
+    """What init writes, by path."""
+    training = SCRIPT.format(script=script) if script else BUILT_IN
+    aire, local = with_account(built_in("aire"), account), built_in("local")
+    found = {
+        "Snakefile": SNAKEFILE,
+        "config/config.yaml": CONFIG.format(layout=layout(gpus), training=training),
+        ".gitignore": GITIGNORE,
+        "README.md": README.format(name=directory.absolute().name),
+        **{f"profiles/aire/{name}": aire for name in NAMES},
+        **{f"profiles/local/{name}": local for name in NAMES},
+    }
+    return {directory / path: text for path, text in found.items()}
+
+
+def init(directory: str | Path = ".", script: str | None = None, gpus: int | None = None,
+         account: str | None = None) -> list[Path]:
+    """Write the project's files into directory (made if missing); refuse if any of them exists."""
+    directory = Path(directory)
+    if gpus is not None and gpus < 0:
+        raise ConfigError(f"--gpus {gpus}: give 0 (CPU processes) or more")
+    written = files(directory, script, gpus, account)
+    if existing := [str(p) for p in written if p.exists() or p.is_symlink()]:
+        raise ConfigError(f"airetrain init writes nothing over existing files; move these away first: "
+                          f"{', '.join(existing)}")
+    for path, text in written.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return list(written)
