@@ -106,7 +106,7 @@ def init(directory: str | Path = ".", script: str | None = None, gpus: int | Non
         raise ConfigError(f"--gpus {gpus}: give 0 (CPU processes) or more")
     written = files(directory, script, gpus, account)
     if existing := [str(p) for p in written if p.exists() or p.is_symlink()]:
-        raise ConfigError(f"airetrain init writes nothing over existing files; move these away first: "
+        raise ConfigError(f"init writes nothing over existing files; move these away first: "
                           f"{', '.join(existing)}")
     for path, text in written.items():
         path.parent.mkdir(parents=True, exist_ok=True)
