@@ -40,7 +40,7 @@ defaults:
 {layout}
   precision: bf16                             # bf16 autocast (fp32 on CPUs without fast bf16)
 {training}
-  batch: {{global: 64, per_device: 32}}         # per_device < global/devices: gradient accumulation
+  batch: {{global: {batch}, per_device: 32}}{pad}# global = per_device x devices x accumulation steps
   time_min: {{stage: 5, train: 15, promote: 5}}  # the SLURM time limit of each step, in minutes
   # slurm: {{account: my-account}}              # else $SBATCH_ACCOUNT, else the profile's slurm_account
 
@@ -89,13 +89,19 @@ def files(directory: Path, script: str | None, gpus: int | None, account: str | 
     aire, local = with_account(built_in("aire"), account), built_in("local")
     found = {
         "Snakefile": SNAKEFILE,
-        "config/config.yaml": CONFIG.format(layout=layout(gpus), training=training),
+        "config/config.yaml": CONFIG.format(layout=layout(gpus), training=training, **_batch(gpus)),
         ".gitignore": GITIGNORE,
         "README.md": README.format(name=directory.absolute().name),
         **{f"profiles/aire/{name}": aire for name in NAMES},
         **{f"profiles/local/{name}": local for name in NAMES},
     }
     return {directory / path: text for path, text in found.items()}
+
+
+def _batch(gpus: int | None) -> dict:
+    """One batch of 32 per device and no accumulation: valid for any layout (CPU: 2 processes)."""
+    batch = str(32 * (gpus or 2))
+    return {"batch": batch, "pad": " " * (11 - len(batch))}
 
 
 def init(directory: str | Path = ".", script: str | None = None, gpus: int | None = None,
