@@ -301,6 +301,22 @@ def _cluster_answers(env) -> bool:
 
 
 @pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """airetrain's wheel, built from a clean copy of the package (no build/ or egg-info of another build)."""
+    import shutil
+
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "source"
+    shutil.copytree(REPO / "airetrain", source / "airetrain", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work),
+         str(source)], timeout=300)
+    (built,) = work.glob("airetrain-*.whl")
+    return built
+
+
+@pytest.fixture(scope="session")
 def slurm_cluster():
     """The real local SLURM test cluster (tests/slurm/up.sh), started here if it is not up yet.
 
