@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from airetrain import run_log
 from conftest import (REPO, SNAKEMAKE, assert_identical, wait_for, final_state, read_json, run, slurm_state, snakemake,
@@ -32,7 +33,7 @@ def sacct_jobs(env, since: str, workdir=None) -> dict[str, dict]:
 
     sacct -S alone also lists older jobs still running or pending then (another test's leftover)."""
     fields = ["JobID", "State", "NNodes", "AllocCPUS", "AllocTRES", "ReqMem", "NodeList", "QOS", "JobName", "Submit",
-              "WorkDir"]
+              "WorkDir", "Account"]
     out = run(["sacct", "-X", "-n", "-P", "-S", since, "-o", ",".join(fields)], env=env).stdout
     rows = (dict(zip(fields, line.split("|"))) for line in out.splitlines())
     return {row["JobID"]: row for row in rows if row["JobID"] and row["Submit"] >= since
@@ -334,26 +335,30 @@ def test_the_per_job_tmpdir_was_the_fast_root_and_was_purged_with_the_job(site_d
     assert sorted(read_json(work / "results/g6/stage.json")["nodes"]) == ["labgpu1", "labgpu2"]
 
 
-def test_a_users_own_script_runs_on_two_nodes_and_its_checkpoints_are_promoted(slurm_cluster, tmp_path):
-    """Script mode on the cluster: torchrun on both nodes from one srun step, the script's checkpoint
-    directory on the node-local fast root made durable on scratch and verified."""
+def test_a_users_own_script_runs_on_two_nodes_from_a_project_of_its_own(slurm_cluster, tmp_path):
+    """Script mode on the cluster, from a project that `airetrain init` wrote (its Snakefile uses the installed
+    workflow as a module, its profiles/aire names the account): torchrun on both nodes from one srun step,
+    the script's checkpoint directory on the node-local fast root made durable on scratch and verified."""
     import sys
 
     sys.path.insert(0, str(REPO / "tests" / "torchrun"))
     from script_mode import WITH_JOB
 
-    work = tmp_path
+    work = tmp_path / "project"
+    run([sys.executable, "-m", "airetrain", "init", str(work), "--script", "train.py", "--gpus", "6",
+         "--account", "lab_project"])
     (work / "train.py").write_text(WITH_JOB)
-    cfg = write_config(work / "config.yaml", {
-        "roots": {"scratch": str(work / "scratch")},
-        "runs": {"mine": {**STAND_IN, "gpus": 6, "data": {"name": "synthetic"},
-                          "batch": {"global": 96, "per_device": 16},
-                          "train": {"script": "train.py", "args": ["--steps", "12"]}}}})
+    cfg = yaml.safe_load((work / "config/config.yaml").read_text())   # init's run, on the CPU stand-in
+    cfg["defaults"].update({**STAND_IN, "train": {**cfg["defaults"]["train"], "args": ["--steps", "12"]},
+                            "batch": {"global": 96, "per_device": 16}})
+    cfg.update(roots={"scratch": str(work / "scratch")}, runs={"mine": {}})
+    write_config(work / "config/config.yaml", cfg)
     env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
-    slurm_snakemake(work, cfg, env, "--jobs", "1")
-    train = read_json(work / "results/mine/train.json")
+    run([SNAKEMAKE, "--profile", "profiles/aire", *SLURM_ARGS[4:], "--jobs", "1"], cwd=work, env=env, timeout=900)
     (job,) = sacct_jobs(env, since).values()
+    assert job["Account"] == "lab_project"   # the profile's, not root's default (lab): the config names none
+    train = read_json(work / "results/mine/train.json")
     assert job["State"] == "COMPLETED" and job["NNodes"] == "2" and train["slurm_job_id"] == job["JobID"]
     assert train["world_size"] == 6 and train["steps"] == 12
     checkpoint = read_json(work / "results/mine/checkpoint.json")

@@ -188,6 +188,9 @@ wait_until 60 slurmdbd sacctmgr -n show cluster
 sacctmgr -n -P show cluster format=cluster | grep -qx airetrain || sacctmgr -i add cluster airetrain >/dev/null
 sacctmgr -n -P show account format=account | grep -qx lab || sacctmgr -i add account lab Description=tests Organization=tests >/dev/null
 sacctmgr -n -P show assoc where account=lab user=root format=user | grep -qx root || sacctmgr -i add user root Account=lab >/dev/null
+# a second account of root's besides its default (lab), so that a test can see a profile's account reach a job
+sacctmgr -n -P show account format=account | grep -qx lab_project || sacctmgr -i add account lab_project Description=tests Organization=tests >/dev/null
+sacctmgr -n -P show assoc where account=lab_project user=root format=user | grep -qx root || sacctmgr -i add user root Account=lab_project >/dev/null
 # a second QoS besides "normal", so that a test can see slurm.qos reach a job
 sacctmgr -n -P show qos format=name | grep -qx lab_high || sacctmgr -i add qos lab_high >/dev/null
 sacctmgr -n -P show assoc where account=lab user=root format=qos | grep -q lab_high \
