@@ -261,8 +261,7 @@ def _init(args) -> None:
     print(f"next: cd {args.directory} && airetrain plan && snakemake --cores 2")
 
 
-def main(argv=None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="airetrain", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -379,7 +378,12 @@ def main(argv=None) -> None:
     p.add_argument("names", nargs="+", metavar="RUN_OR_GROUP")
     p.set_defaults(func=_compare)
 
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
     try:
         args.func(args)
     except ConfigError as e:
