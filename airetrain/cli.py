@@ -30,11 +30,13 @@ def resolve_plan(plan):
     torch side makes (building the run's model on the meta device) where the decision needs it."""
     from .plan.strategy import decide, needs_estimate
     from .quota import durable_room, walked
-    from .train.preflight import check, needs_check
+    from .train.preflight import check, check_evaluation, needs_check
 
     plan = walked(plan)   # a dataset folder without an index or files.json: counted here, once
     if needs_check(plan):
         check(plan)
+    if plan.evaluates:
+        check_evaluation(plan)
     memory = None
     if needs_estimate(plan):
         from .train.estimate import for_plan

@@ -106,6 +106,9 @@ class Plan:
     torchrun: Doc[list, "torchrun's arguments"]
     group: Doc[str, "the runs whose configs are equal but for train.seed: the run name without its seed part "
                     "(results.md averages them)"] = ""
+    evaluates: Doc[Optional[dict], "an evaluation run (evaluate:): the run whose weights it evaluates (run, which), "
+                                   "and that run's data section and dataset, for the plan step's shape check; "
+                                   "none: a training run"] = None
 
     def replace(self, **changes) -> "Plan":
         return dataclasses.replace(self, **changes)
@@ -186,6 +189,8 @@ class TrainRecord(TypedDict):
     init: NotRequired[Doc[Optional[dict], "what model.init_from loaded: source, sha256, missing and unexpected "
                                           "keys (none without init_from)"]]
     parameters: NotRequired[Doc[dict, "parameter counts: trainable, frozen (model.freeze)"]]
+    evaluates: NotRequired[Doc[Optional[dict], "an evaluation run: the run whose weights it evaluated (run, which); "
+                                               "none: a training run"]]
     stopped_early: NotRequired[Doc[Optional[dict], "where early stopping ended training: step, epoch, best_step, "
                                                    "best_value (none where it trained every epoch)"]]
     slurm_job_id: Doc[Optional[str], "the SLURM job (none outside SLURM)"]

@@ -201,6 +201,7 @@ class RunConfig(_Record):
     channels_last: bool
     compile: bool
     precision: str
+    evaluate: dict | None   # an evaluation run: {run, which} whose weights it evaluates
     model: Model
     data: Data
     batch: Batch

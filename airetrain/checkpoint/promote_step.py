@@ -8,12 +8,23 @@ from ..records import CheckpointRecord, Plan, RunRecord, TrainRecord, read_recor
 from ..run_log import run_record
 
 
+def evaluated(plan: Plan) -> dict:
+    """An evaluation run's checkpoint.json: its source run's durable checkpoint (not copied again), which
+    its train step loaded the weights from (train.json's init names the file and its sha256)."""
+    source = plan.config.evaluate["run"]
+    record = read_record(plan.results_dir.parent / source / "checkpoint.json", CheckpointRecord)
+    return {**record, "mode": f"evaluated: run {source}'s checkpoint, not copied"}
+
+
 def promote_run(plan_path: str, train_path: str, out: str, record_path: str | None, project_dir: str) -> list[str]:
     """The promote step: the final checkpoint (and the best) made durable and verified, their weights as
     safetensors, checkpoint.json, and the run record; what it did, as lines for the step's log."""
     plan, train = read_record(plan_path, Plan), read_record(train_path, TrainRecord)
-    result = promote(train["checkpoint"], plan.checkpoints_dir, plan.config.checkpoint.keep)
-    if result["kind"] != store.MIRROR:   # a script's checkpoints are its own format
+    if plan.config.evaluate:   # it trained nothing: its checkpoint is the one it evaluated
+        result = evaluated(plan)
+    else:
+        result = promote(train["checkpoint"], plan.checkpoints_dir, plan.config.checkpoint.keep)
+    if result["kind"] != store.MIRROR and not plan.config.evaluate:   # a script's checkpoints are its own format
         result["weights"] = write_weights(result)
         if best := promote_best(result, plan.checkpoints_dir, plan.config.checkpoint.keep):
             result["best"] = {"path": best["path"], **result["best"], "sha256": best["sha256"],

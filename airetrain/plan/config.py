@@ -145,6 +145,7 @@ def resolve(config: dict) -> tuple[Settings, dict[str, RunConfig]]:
         check_name(name)
         runs[name] = RunConfig.from_dict(complete(deep_merge(base, overrides or {}), schema["$defs"]["run"], schema),
                                          f"runs.{name}")
+    runs = evaluation_runs(runs)
     check_init_from(runs)
     return Settings.from_dict({"roots": top["roots"], "site": top["site"]}), runs
 
@@ -227,6 +228,34 @@ def starts_from(run: RunConfig) -> str | None:
     """The run whose weights this run starts from (model.init_from: {run: ...}), or None."""
     init = run.model.init_from
     return init["run"] if isinstance(init, dict) else None
+
+
+def evaluation_runs(runs: dict[str, RunConfig]) -> dict[str, RunConfig]:
+    """Each run with `evaluate: {run, which}` becomes what it is: the source run's model, started from
+    its promoted weights (exactly: init_strict), trained for no step, with no best to keep. Refused
+    before anything is submitted: an unknown source, a source that is an evaluation or a script of its
+    own (no weights of the built-in trainer's), and evaluate beside train.script."""
+    out = dict(runs)
+    for name, run in runs.items():
+        if run.evaluate is None:
+            continue
+        source, which = run.evaluate["run"], run.evaluate.get("which", "best")
+        where = f"runs.{name}.evaluate"
+        if source not in runs or source == name:
+            others = sorted(set(runs) - {name})
+            raise ConfigError(f"{where}.run: {source!r} is not another run of this config; its runs: "
+                              f"{', '.join(others) or 'none'}")
+        if runs[source].evaluate is not None or runs[source].train.script:
+            raise ConfigError(f"{where}.run: {source!r} trains no weights of its own (it is "
+                              f"{'an evaluation run' if runs[source].evaluate else 'a script of its own'})")
+        if run.train.script:
+            raise ConfigError(f"{where} and train.script: an evaluation run evaluates with the built-in trainer; "
+                              "remove one of them")
+        model = runs[source].model.replace(init_from={"run": source, "which": which}, init_strict=True, freeze=[])
+        out[name] = run.replace(evaluate={"run": source, "which": which}, model=model,
+                                train=run.train.replace(epochs=0, early_stop=None),
+                                checkpoint=run.checkpoint.replace(monitor=None))
+    return out
 
 
 def check_init_from(runs: dict[str, RunConfig]) -> None:

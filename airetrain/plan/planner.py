@@ -160,10 +160,19 @@ def plan_all(config: dict, env=None, scratch: Root | None = None,
     if problems:
         raise ConfigError("\n".join(problems))
     groups = cfg.groups(runs)
-    plans = {name: plan.replace(group=groups[name]) for name, plan in plans.items()}
+    plans = {name: plan.replace(group=groups[name], evaluates=_evaluates(plan, plans)) for name, plan in plans.items()}
     for warning in [w for p in plans.values() for w in p.warnings] + plan_warnings(plans, settings):
         log.warning(warning)
     return plans
+
+
+def _evaluates(plan: Plan, plans: dict[str, Plan]) -> dict | None:
+    """What an evaluation run's plan step checks its model and data against: its source's data."""
+    if plan.config.evaluate is None:
+        return None
+    source = plans[plan.config.evaluate["run"]]
+    return {**plan.config.evaluate, "data": source.config.data.to_dict(),
+            "dataset": str(source.dataset) if source.dataset else None}
 
 
 def plan_workflow(config: dict, in_job: bool, results: str | Path = "results") -> dict[str, Plan]:

@@ -60,6 +60,7 @@ COLUMNS = {
     "eval_<metric>": "each further metric on the held-out split: dice for segmentation, or train.metrics' own",
     "best": "the best value of the monitored metric (checkpoint.monitor) over the run's evaluations",
     "best_epoch": "the epoch of that best evaluation, counted from 1; its checkpoint is kept and promoted",
+    "evaluates": "an evaluation run (evaluate:): the run whose weights it evaluated, and which (best or last)",
     "stopped_early": "the step where early stopping (train.early_stop) ended training; empty: it trained to the end",
     "requeues": "times SLURM requeued the job",
     "hangs": "hangs the watchdog caught (each one's stacks: <scratch>/airetrain/<run>/hangs/)",
@@ -156,6 +157,8 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
             row.update(best=best["value"], best_epoch=best["epoch"] + 1)
         if stop := train.get("stopped_early"):
             row["stopped_early"] = stop["step"]
+        if source := train.get("evaluates"):
+            row["evaluates"] = f"{source['run']} ({source['which']})"
         row["mfu"] = train.get("steady_mfu") or train.get("mfu")   # what the run sustains, not its compilation
         row["job_id"] = train.get("slurm_job_id") or row.get("job_id")
         if train.get("gpu_util_mean") is not None:

@@ -19,7 +19,7 @@ from .collection import COLUMNS
 if TYPE_CHECKING:
     import pandas as pd
 
-SHOWN = ["run", "state", "job_id", "job_state", "elapsed_s", "time_eff", "cpu_eff", "mem_eff", "gpu_hours",
+SHOWN = ["run", "evaluates", "state", "job_id", "job_state", "elapsed_s", "time_eff", "cpu_eff", "mem_eff", "gpu_hours",
          "gpu_util", "samples_per_s", "data_wait_frac", "stage_s", "stage_frac", "eval_loss", "eval_accuracy",
          "eval_<metric>", "best", "best_epoch", "stopped_early", "source"]
 

@@ -105,7 +105,7 @@ def run_rows(results: Path, runs: list[str], efficiency: pd.DataFrame | None = N
         plan = read_json(run_dir / "plan.json") if (run_dir / "plan.json").exists() else {}
         train = read_json(run_dir / "train.json") if (run_dir / "train.json").exists() else None
         row = {"run": run, "group": plan.get("group") or run, "finished": train is not None,
-               "config": plan.get("config", {})}
+               "config": plan.get("config", {}), "evaluates": _evaluates(plan.get("config", {}))}
         if train:
             row["eval_loss"] = train.get("eval_loss")
             for name, value in (train.get("eval_metrics") or {}).items():
@@ -120,6 +120,12 @@ def run_rows(results: Path, runs: list[str], efficiency: pd.DataFrame | None = N
         row["gpu_hours"] = None if hours is None or (isinstance(hours, float) and math.isnan(hours)) else hours
         rows.append(row)
     return rows
+
+
+def _evaluates(config: dict) -> str:
+    """An evaluation run's source, as the tables mark it: 'pretrain (best)'; '' for a training run."""
+    source = config.get("evaluate")
+    return f"{source['run']} ({source.get('which', 'best')})" if source else ""
 
 
 def mean_sd_ci(values: list[float]) -> dict:
@@ -151,7 +157,8 @@ def group_rows(rows: list[dict]) -> list[dict]:
     for group, members in groups.items():
         done = [m for m in members if m["finished"]]
         row = {"group": group, "n_finished": len(done), "n_planned": len(members),
-               "runs": ", ".join(m["run"] for m in members), "differs": differs[group]}
+               "runs": ", ".join(m["run"] for m in members), "differs": differs[group],
+               "evaluates": members[0].get("evaluates", "")}
         for column in [*metric_columns(rows), "best", "best_epoch", "time_to_best_s", "samples_per_s"]:
             values = [m[column] for m in done if m.get(column) is not None]
             if values:
@@ -183,8 +190,10 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
 def markdown(groups: list[dict], runs: list[dict]) -> str:
     metrics = metric_columns(runs)
     shown = [*metrics, "best", "best_epoch", "time_to_best_s", "samples_per_s"]
-    header = ["group", "runs (finished/planned)", *shown, "GPU-hours", "differs"]
-    lines = _md_table(header, [[g["group"], f"{g['n_finished']}/{g['n_planned']}", *(_figure(g, c) for c in shown),
+    marked = any(g.get("evaluates") for g in groups)   # evaluation runs: the column says of which run
+    header = ["group", *(["evaluates"] if marked else []), "runs (finished/planned)", *shown, "GPU-hours", "differs"]
+    lines = _md_table(header, [[g["group"], *([g.get("evaluates", "")] if marked else []),
+                                f"{g['n_finished']}/{g['n_planned']}", *(_figure(g, c) for c in shown),
                                 "" if g["gpu_hours"] is None else f"{g['gpu_hours']:.2f}", g["differs"]]
                                for g in groups])
     lines += ["", "Runs:", ""] + _md_table(

@@ -142,6 +142,10 @@ def set_up(plan: Plan, staged: StageRecord, out: Path) -> tuple[Session, Checkpo
                                ckpt.latest["path"] if ckpt.latest and s.position.step else None)
         (out / STOPPED).unlink(missing_ok=True)
     b = plan.batch
+    if plan.config.evaluate:
+        log.info("evaluating %s: run %s's weights, world %d, %s", plan.run, plan.config.evaluate["run"],
+                 d.world_size, plan.precision)
+        return s, ckpt
     log.info("training %s: world %d, %d steps/epoch x %d epochs, global batch %d = %d x %d x %d, %s", plan.run,
              d.world_size, s.data.steps_per_epoch, plan.config.train.epochs, b.global_, b.per_device, d.world_size,
              b.grad_accum, plan.precision)
@@ -201,8 +205,12 @@ def finish(s: Session, ckpt: Checkpointer, stopped: str | None, progress: Progre
                 record = kept
             write_record(out / "train.json", TrainRecord, record)
             write_json_atomic(trained_record_path(s.plan), record)   # kept on scratch, for a later rerun
-            log.info("done: %d steps, eval loss %s, %.0f samples/s, checkpoint %s", step,
-                     f"{record['eval_loss']:.4f}" if record["eval_loss"] is not None else "- (no test split)",
-                     record["samples_per_s"] or 0, saved["path"])
+            loss = f"{record['eval_loss']:.4f}" if record["eval_loss"] is not None else "- (no test split)"
+            if s.plan.config.evaluate:   # an evaluation run trained nothing and saved nothing
+                log.info("done: evaluated run %s's weights (%s): eval loss %s", s.plan.config.evaluate["run"],
+                         s.plan.config.evaluate["which"], loss)
+            else:
+                log.info("done: %d steps, eval loss %s, %.0f samples/s, checkpoint %s", step, loss,
+                         record["samples_per_s"] or 0, saved["path"])
     progress.close()
     hang.stop()

@@ -104,3 +104,38 @@ def _dataset_meta(plan: Plan, code: dict[str, str]) -> dict | None:
     except Exception as e:
         raise failed(plan.run, "data.name", plan.config.data.name, e, "raised while building one batch") from None
     return meta
+
+
+def check_evaluation(plan: Plan) -> None:
+    """An evaluation run's weights fit its data: the source's model, built on the meta device (no memory)
+    for this run's data and for its source's, has the same parameters and shapes. Refused naming the
+    first that differs. A user dataset whose meta is known only by reading it is checked when the
+    weights load (exactly, as init_strict)."""
+    import torch
+
+    from ..run_config import Data
+    from .datasets import dataset_meta
+    from .models import build_model
+
+    source = plan.evaluates
+    mine = dataset_meta(plan.config.data, plan.dataset)
+    theirs = dataset_meta(Data.from_dict(source["data"], f"runs.{source['run']}.data"), source["dataset"])
+    if mine is None or theirs is None:
+        return
+    try:
+        with torch.device("meta"):
+            fits = build_model(plan.config.model, mine).state_dict()
+            trained = build_model(plan.config.model, theirs).state_dict()
+    except Exception as e:
+        if meta_device_limit(e):
+            return
+        raise
+    differ = [(k, tuple(v.shape), tuple(fits[k].shape) if k in fits else None) for k, v in trained.items()
+              if k not in fits or fits[k].shape != v.shape] + [(k, None, tuple(fits[k].shape)) for k in fits
+                                                                if k not in trained]
+    if differ:
+        key, there, here = differ[0]
+        raise ConfigError(
+            f"runs.{plan.run}.evaluate: run {source['run']}'s weights do not fit this run's data: {key} is "
+            f"{there or 'absent'} in the model trained on {source['run']}'s data ({theirs}) but {here or 'absent'} "
+            f"for this run's ({mine}); evaluate on data of the same shape and classes, before anything is submitted")

@@ -66,7 +66,7 @@ def already_trained(plan, record: TrainRecord) -> TrainRecord | None:
     from ..restart import trained_record_path
 
     path = trained_record_path(plan)
-    if record["steps_this_session"] or not path.exists():
+    if record["steps_this_session"] or not path.exists() or plan.config.evaluate:   # an evaluation trains nothing
         return None
     previous = read_json(path)
     same_end = (previous.get("checkpoint") or {}).get("sha256") == (record["checkpoint"] or {}).get("sha256")
@@ -118,7 +118,7 @@ def train_record(s, progress, checkpoints, end: Finish) -> TrainRecord:
         eval_s=round(end.eval_s, 3),
         evaluations=end.evaluations,
         best=s.monitor.best if s.monitor else None,
-        init=s.init,
+        init=s.init, evaluates=s.plan.config.evaluate,
         parameters=s.parameters,
         stopped_early=s.monitor.stopped_early(s.position.step, s.position.epoch) if s.stops_early else None,
         slurm_job_id=os.environ.get("SLURM_JOB_ID"),

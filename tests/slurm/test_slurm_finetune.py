@@ -1,6 +1,7 @@
-"""A fine-tuning pipeline on the real SLURM cluster: a pretraining run and a sweep of two fine-tunes
-from it, in one config. Snakemake runs them in order, each in its own job (sacct's times show it);
-the fine-tunes start from the pretraining run's promoted best weights and keep its frozen prefix."""
+"""A fine-tuning pipeline on the real SLURM cluster: a pretraining run, a sweep of two fine-tunes from it
+and two evaluation runs of it, in one config. Snakemake runs them in order, each in its own job (sacct's
+times show it); the fine-tunes start from the pretraining run's promoted best weights and keep its frozen
+prefix; the evaluations load its weights and evaluate them, one on its own data, one on a second dataset."""
 import time
 
 import pytest
@@ -19,6 +20,10 @@ PIPELINE = {
         "pretrain": {},
         "finetune": {"model": {"init_from": {"run": "pretrain"}, "freeze": FROZEN},
                      "sweep": {"optim.lr": ["1e-3", "3e-4"]}},
+        # on its own data, with DDP over 2 ranks where it trained on 1: its own figures
+        "eval-same": {"evaluate": {"run": "pretrain", "which": "last"}, "processes": 2},
+        "eval-other": {"evaluate": {"run": "pretrain"},                     # a second dataset of the same shape
+                       "data": {"name": "synthetic", "shape": [1, 8, 8], "classes": 10, "samples": 256}},
     },
 }
 
@@ -31,14 +36,14 @@ def test_a_pretraining_run_and_two_fine_tunes_run_in_order_from_its_promoted_wei
     cfg = write_config(work / "config.yaml", {"roots": {"scratch": str(work / "scratch")}, **PIPELINE})
     since = time.strftime("%Y-%m-%dT%H:%M:%S")
     t0 = time.monotonic()
-    slurm_snakemake(work, cfg, env, "--jobs", "3")
-    print(f"pretrain + 2 fine-tunes on the test cluster: {time.monotonic() - t0:.0f} s wall")
+    slurm_snakemake(work, cfg, env, "--jobs", "4")
+    print(f"pretrain + 2 fine-tunes + 2 evaluations on the test cluster: {time.monotonic() - t0:.0f} s wall")
 
-    ids = {name: read_json(work / f"results/{name}/train.json")["slurm_job_id"]
-           for name in ("pretrain", "finetune-lr1e-3", "finetune-lr3e-4")}
+    later = ("finetune-lr1e-3", "finetune-lr3e-4", "eval-same", "eval-other")
+    ids = {name: read_json(work / f"results/{name}/train.json")["slurm_job_id"] for name in ("pretrain", *later)}
     times = {j["JobID"]: j for j in _times(env, since)}
-    pre, tunes = times[ids["pretrain"]], [times[ids[n]] for n in ("finetune-lr1e-3", "finetune-lr3e-4")]
-    assert len(set(ids.values())) == 3 and all(t["Start"] >= pre["End"] for t in tunes), (pre, tunes)
+    pre, tunes = times[ids["pretrain"]], [times[ids[n]] for n in later]
+    assert len(set(ids.values())) == 5 and all(t["Start"] >= pre["End"] for t in tunes), (pre, tunes)
     print(f"pretrain {pre['Start']}-{pre['End']}; fine-tunes from {min(t['Start'] for t in tunes)} "
           f"to {max(t['End'] for t in tunes)}")
 
@@ -52,9 +57,23 @@ def test_a_pretraining_run_and_two_fine_tunes_run_in_order_from_its_promoted_wei
         assert len(frozen) == 4 and all(torch.equal(tuned[k], start[k]) for k in frozen)
         assert not torch.equal(tuned["9.weight"], start["9.weight"])
 
-    # retraining the pretraining run retrains its fine-tunes (a dry run lists them)
+    # the evaluations: the pretraining run's weights, no step trained; on its own data, its own figures
+    pretrain = read_json(work / "results/pretrain/train.json")
+    final = read_json(work / "results/pretrain/checkpoint.json")["weights"]
+    same, other = (read_json(work / f"results/{n}/train.json") for n in ("eval-same", "eval-other"))
+    assert same["evaluates"] == {"run": "pretrain", "which": "last"} and same["steps"] == 0
+    assert same["init"]["sha256"] == final["sha256"] and other["init"]["sha256"] == best["sha256"]
+    assert same["eval_loss"] == pytest.approx(pretrain["eval_loss"], rel=1e-6)
+    assert same["eval_accuracy"] == pytest.approx(pretrain["eval_accuracy"])
+    assert other["eval_loss"] > 0 and other["eval_loss"] != pytest.approx(pretrain["eval_loss"])
+    report = (work / "results/report/results.md").read_text()
+    assert "| eval-same | pretrain (last) |" in report and "| eval-other | pretrain (best) |" in report
+    assert "pretrain (last)" in (work / "results/report/efficiency.md").read_text()
+
+    # retraining the pretraining run retrains its fine-tunes and evaluates again (a dry run lists them)
     dry = snakemake(work, cfg, *SLURM_ARGS, "-n", "--forcerun", "results/pretrain/train.json", env=env)
-    assert "results/finetune-lr1e-3/train.json" in dry.stdout and "results/finetune-lr3e-4/train.json" in dry.stdout
+    for name in later:
+        assert f"results/{name}/train.json" in dry.stdout, name
 
 
 def _times(env, since: str) -> list[dict]:
