@@ -12,6 +12,7 @@ deadline or their cancellation; the hold ends once the deadline stop has happene
 a $TMPDIR of its own that the cluster purges when the job ends, as Aire's: a requeued job finds
 its fast root empty and must resume from the durable copy on scratch.
 """
+import json
 import sys
 from pathlib import Path
 
@@ -90,13 +91,24 @@ def interrupted(slurm_cluster, tmp_path_factory):
     victim_job = sessions(work, "victim")[-1]["slurm_job_id"]
     run(["scancel", victim_job], env=env)
     runs = work / "scratch" / "airetrain"
-    wait_for(lambda: stops(runs / "stop") and stops(runs / "script-stop"), timeout=400,
-             what="the deadline stops of stop and script-stop")
+    wait_for(lambda: stops(runs / "stop"), timeout=400, what="the deadline stop of stop")
+    # stop's model file edited at once, while SLURM restarts its job: the resumed session would build a
+    # network twice as wide from the working tree, and imports the code captured at its first launch
+    lab = work / "ownlab" / "lab.py"
+    original = lab.read_text()
+    lab.write_text(original.replace('build_model({**cfg, "name": "small_cnn"}, meta)',
+                                    'build_model({**cfg, "name": "small_cnn", "width": 2 * cfg["width"]}, meta)'))
+    assert lab.read_text() != original
+    wait_for(lambda: stops(runs / "script-stop"), timeout=400, what="the deadline stop of script-stop")
+    status = json.loads(run([sys.executable, "-m", "airetrain", "status", "--configfile", str(cfg), "--json"],
+                            cwd=work, env=env).stdout)   # stop is still held: it has not finished
     hold.unlink()   # the stops happened: the rest trains at full speed
     assert first.wait(timeout=900) is not None
+    lab.write_text(original)   # the second invocation's new run captures the original code
     # the profile's settings: resumes what did not finish, and trains "retried", stopped by a SIGTERM
     retried = retry_a_stop_the_job_cannot_requeue(work, cfg, env)
-    return work, env, victim_job, (work / "first.log").read_text(), (work / "second.log").read_text(), retried
+    return (work, env, victim_job, (work / "first.log").read_text(), (work / "second.log").read_text(), retried,
+            {row["run"]: row for row in status})
 
 
 def retry_a_stop_the_job_cannot_requeue(work, cfg, env) -> str:
@@ -138,11 +150,16 @@ def test_a_job_at_its_time_limit_stops_requeues_itself_and_finishes_exactly(inte
     summary = read_json(work / "results/stop/train.json")
     assert summary["steps"] == STEPS and summary["resumed_from_step"] > 0
     assert read_json(work / "results/stop/checkpoint.json")["verified"]
+    # its model file was edited before the requeued session started: that session ran the captured code
+    # (the edited one builds another network), and status said so while the run was unfinished
     assert_identical(final_state(work, "stop"), final_state(work, "ref"))
+    status = interrupted[6]["stop"]
+    assert status["state"] != "done" and any(f.endswith("lab.py") for f in status["code_changed"]), status
+    assert "code changed since this run started" in status["detail"]
 
 
 def test_after_scancel_a_new_invocation_resumes_only_the_cancelled_run(interrupted):
-    work, _, victim_job, first_log, out, _ = interrupted
+    work, _, victim_job, first_log, out, *_ = interrupted
     assert f"SLURM jobid {victim_job}" in first_log and "Error in group run_victim" in first_log
     assert "results/victim/train.json" in out
     assert "results/ref/train.json" not in out and "results/stop/train.json" not in out   # not rerun
