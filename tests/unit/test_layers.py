@@ -167,3 +167,10 @@ def test_no_file_over_400_lines_and_no_function_over_60():
                 if length > 60:
                     too_long.append(f"{path.relative_to(REPO)}: {node.name} is {length} lines")
     assert too_long == []
+
+
+def test_every_test_module_has_a_name_of_its_own():
+    """pytest imports test modules by their basename (the folders are not packages): two of one name
+    fail the whole suite's collection."""
+    names = [p.name for p in (REPO / "tests").rglob("test_*.py") if "state" not in p.parts]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
