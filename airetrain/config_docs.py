@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from .schema import load_schema, resolve_ref
+from .text import markdown_table
 
 HEADER = """# Configuration
 
@@ -81,8 +82,8 @@ def rows(schema: dict, root: dict, prefix: str = "") -> list[tuple[str, str, str
 
 
 def _table(found: list[tuple[str, str, str, str]]) -> list[str]:
-    lines = ["| key | default | allowed | what |", "| --- | --- | --- | --- |"]
-    return lines + [f"| `{k}` | {_cell(d)} | {_cell(a)} | {_cell(w)} |" for k, d, a, w in found]
+    return markdown_table(["key", "default", "allowed", "what"],
+                          [[f"`{k}`", _cell(d), _cell(a), _cell(w)] for k, d, a, w in found])
 
 
 def markdown() -> str:

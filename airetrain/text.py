@@ -13,6 +13,12 @@ def aligned(table: list[list[str]], rule: bool = False) -> list[str]:
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
 
 
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table's lines: the header, its rule, a line per row (cells as given)."""
+    return ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |",
+            *("| " + " | ".join(cells) + " |" for cells in rows)]
+
+
 def human_mb(mb: float) -> str:
     """MB as seff prints memory: GB (of 1024 MB) with two decimals from 1 GB on, else whole MB."""
     return f"{mb / 1024:.2f} GB" if mb >= 1024 else f"{mb:.0f} MB"

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..text import human_mb
+from ..text import human_mb, markdown_table
 from ..units import format_duration
 from .collection import COLUMNS
 
@@ -34,12 +34,10 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
     metrics = [c for c in columns if c.startswith("eval_") and c not in SHOWN]
     shown_cols = [c for c in SHOWN[:at] + metrics + SHOWN[at + 1:]
                   if c in columns and any(_fmt(row.get(c)) for row in rows)]
-    header = "| " + " | ".join(shown_cols) + " |"
-    rule = "| " + " | ".join("---" for _ in shown_cols) + " |"
-    body = ["| " + " | ".join(_fmt(row.get(c)) for c in shown_cols) + " |" for row in rows]
+    table = markdown_table(shown_cols, [[_fmt(row.get(c)) for c in shown_cols] for row in rows])
     advice = [f"- **{row['run']}**: {row['advice']}" for row in rows if row.get("advice")]
     sized = [f"- **{row['run']}**: {row['right_sizing']}" for row in rows if _fmt(row.get("right_sizing"))]
-    parts = [header, rule, *body]
+    parts = table
     if advice:
         parts += ["", "Advice:", *advice]
     if sized:

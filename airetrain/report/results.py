@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..fsutil import read_json
+from ..text import markdown_table
 
 PER_GROUP = ("n_finished", "n_planned")
 
@@ -182,21 +183,16 @@ def _figure(row: dict, column: str) -> str:
     return f"{mean:.4g} ± {sd:.2g} (95 % CI {mean - ci:.4g} to {mean + ci:.4g})"
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |",
-            *("| " + " | ".join(cells) + " |" for cells in rows)]
-
-
 def markdown(groups: list[dict], runs: list[dict]) -> str:
     metrics = metric_columns(runs)
     shown = [*metrics, "best", "best_epoch", "time_to_best_s", "samples_per_s"]
     marked = any(g.get("evaluates") for g in groups)   # evaluation runs: the column says of which run
     header = ["group", *(["evaluates"] if marked else []), "runs (finished/planned)", *shown, "GPU-hours", "differs"]
-    lines = _md_table(header, [[g["group"], *([g.get("evaluates", "")] if marked else []),
+    lines = markdown_table(header, [[g["group"], *([g.get("evaluates", "")] if marked else []),
                                 f"{g['n_finished']}/{g['n_planned']}", *(_figure(g, c) for c in shown),
                                 "" if g["gpu_hours"] is None else f"{g['gpu_hours']:.2f}", g["differs"]]
                                for g in groups])
-    lines += ["", "Runs:", ""] + _md_table(
+    lines += ["", "Runs:", ""] + markdown_table(
         ["run", "group", "finished", *metrics, "best", "best_epoch"],
         [[r["run"], r["group"], "yes" if r["finished"] else "no",
           *("" if r.get(c) is None else f"{r[c]:.4g}" for c in [*metrics, "best"]),
