@@ -79,6 +79,11 @@ def test_a_project_from_the_installed_wheel_trains_its_own_model(installed, tmp_
     assert record["airetrain"]["commit"] is None and record["airetrain"]["version"]   # installed, no checkout
     assert record["config"]["model"]["name"] == "mylab.models:build"
     assert (project / "results/report/results.md").is_file() and (project / "logs/first/train.log").is_file()
+    # the tools work from the project as from the checkout: its config and results by default
+    status = run(["airetrain", "status"], env=env, exact_env=True, cwd=project).stdout
+    assert "first" in status and "done" in status, status
+    compared = run(["airetrain", "compare", "first", "--json"], env=env, exact_env=True, cwd=project).stdout
+    assert '"first"' in compared
     assert hashes(package) == before   # nothing was written into the installed package
     assert not (REPO / "results/first").exists()
 
