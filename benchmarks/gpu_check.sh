@@ -56,7 +56,7 @@ YAML
   stamp "GPT $1 (compile $2, fused $3)"
   timeout 170 bash -c "$py -m airetrain plan --configfile $work/gpt.yaml --write $work/results >/dev/null &&
     $py -m airetrain stage --plan $r/plan.json --out $r/stage.json &&
-    $py -m airetrain launch --plan $r/plan.json --stage $r/stage.json --out $r --script scripts/train.py" \
+    $py -m airetrain launch --plan $r/plan.json --stage $r/stage.json --out $r --script airetrain/workflow/scripts/train.py" \
     > "$out/gpt-$1.log" 2>&1
   cp "$r/train.json" "$out/gpt-$1.train.json" 2>/dev/null
   grep -E "warm-up|done:" "$out/gpt-$1.log" | tail -2

@@ -28,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from airetrain.environment import CPU_MALLOC  # noqa: E402
+from airetrain.workflow import TRAIN_SCRIPT  # noqa: E402
 MODEL = {"name": "small_cnn", "width": 64, "depth": 6, "heads": 4, "patch_size": 4}
 DATA = {"name": "synthetic", "samples": 4096, "shape": [1, 28, 28], "classes": 10, "vocab": None, "seq_len": 256,
         "path": None, "workers": 0, "verify_sha256": False}
@@ -65,7 +66,7 @@ def ours(tmp: Path, epochs: int, optim: dict | None = None) -> float:
     write_record(out / "plan.json", Plan, plan)
     write_record(out / "stage.json", StageRecord, stage_record(None, Root(tmp / "fast", "config"), None))
     subprocess.run([sys.executable, "-m", "airetrain", "launch", "--plan", str(out / "plan.json"), "--stage",
-                    str(out / "stage.json"), "--out", str(out), "--script", str(REPO / "scripts/train.py")],
+                    str(out / "stage.json"), "--out", str(out), "--script", str(TRAIN_SCRIPT)],
                    check=True, capture_output=True)
     return json.loads((out / "train.json").read_text())["samples_per_s"]
 
