@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .schema import load_schema, resolve_ref
+from .schema import load_schema, object_schema, resolve_ref
 from .text import markdown_table
 
 HEADER = """# Configuration
@@ -67,14 +67,12 @@ def rows(schema: dict, root: dict, prefix: str = "") -> list[tuple[str, str, str
     out = []
     for key, sub in schema.get("properties", {}).items():
         name, sub = f"{prefix}{key}", resolve_ref(sub, root)
-        nested = sub.get("properties") or next((resolve_ref(b, root).get("properties") for b in
-                                                sub.get("anyOf", []) if "properties" in resolve_ref(b, root)), None)
-        if nested:
+        body = object_schema(sub, root)
+        if body is not None and body.get("properties"):
             if sub.get("description"):
-                out.append((name, _default(sub), "an object" + (" or `null`" if "null" in str(sub.get("type", ""))
-                                                                 or sub.get("anyOf") else ""), sub["description"]))
-            body = sub if "properties" in sub else next(resolve_ref(b, root) for b in sub["anyOf"]
-                                                        if "properties" in resolve_ref(b, root))
+                nullable = "null" in str(sub.get("type", "")) or bool(sub.get("anyOf"))
+                out.append((name, _default(sub), "an object or `null`" if nullable else "an object",
+                            sub["description"]))
             out += rows(body, root, f"{name}.")
         else:
             out.append((name, _default(sub), allowed(sub, root), sub.get("description", "")))

@@ -83,13 +83,13 @@ def _number(text: str, integer: bool) -> int | float | None:
     return value
 
 
-def _object_schema(schema: dict, root: dict) -> dict:
+def object_schema(schema: dict, root: dict) -> dict:
     """The branch of a schema that describes an object (its properties), through $ref and anyOf/oneOf."""
     schema = resolve_ref(schema, root)
     if "properties" in schema or "additionalProperties" in schema:
         return schema
     for branch in schema.get("anyOf", []) + schema.get("oneOf", []):
-        if (found := _object_schema(branch, root)) is not None:
+        if (found := object_schema(branch, root)) is not None:
             return found
     return None
 
@@ -110,7 +110,7 @@ def numbers(value: Any, schema: dict, root: dict | None = None) -> Any:
             return value if number is None else number
         return value
     if isinstance(value, dict):
-        node = _object_schema(schema, root)
+        node = object_schema(schema, root)
         if node is None:
             return value
         properties, extra = node.get("properties", {}), node.get("additionalProperties")

@@ -75,6 +75,11 @@ ACCOUNTING = ("job_state", "status", "elapsed_s", "timelimit_s", "time_eff", "cp
               "mem_alloc_mb", "mem_eff", "gpus", "gpu_hours", "requeues")
 
 
+def evaluates_label(source: dict | None) -> str:
+    """An evaluation run's source as both tables mark it: 'pretrain (best)'; '' for a training run."""
+    return f"{source['run']} ({source.get('which', 'best')})" if source else ""
+
+
 def _benchmarks(run_dir: Path) -> pd.DataFrame | None:
     import pandas as pd
     frames = [pd.read_csv(p, sep="\t").assign(step=p.stem)
@@ -158,7 +163,7 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
         if stop := train.get("stopped_early"):
             row["stopped_early"] = stop["step"]
         if source := train.get("evaluates"):
-            row["evaluates"] = f"{source['run']} ({source['which']})"
+            row["evaluates"] = evaluates_label(source)
         row["mfu"] = train.get("steady_mfu") or train.get("mfu")   # what the run sustains, not its compilation
         row["job_id"] = train.get("slurm_job_id") or row.get("job_id")
         if train.get("gpu_util_mean") is not None:

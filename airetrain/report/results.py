@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..fsutil import read_json
 from ..text import markdown_table
+from .collection import evaluates_label
 
 PER_GROUP = ("n_finished", "n_planned")
 
@@ -106,7 +107,7 @@ def run_rows(results: Path, runs: list[str], efficiency: pd.DataFrame | None = N
         plan = read_json(run_dir / "plan.json") if (run_dir / "plan.json").exists() else {}
         train = read_json(run_dir / "train.json") if (run_dir / "train.json").exists() else None
         row = {"run": run, "group": plan.get("group") or run, "finished": train is not None,
-               "config": plan.get("config", {}), "evaluates": _evaluates(plan.get("config", {}))}
+               "config": plan.get("config", {}), "evaluates": evaluates_label(plan.get("config", {}).get("evaluate"))}
         if train:
             row["eval_loss"] = train.get("eval_loss")
             for name, value in (train.get("eval_metrics") or {}).items():
@@ -121,12 +122,6 @@ def run_rows(results: Path, runs: list[str], efficiency: pd.DataFrame | None = N
         row["gpu_hours"] = None if hours is None or (isinstance(hours, float) and math.isnan(hours)) else hours
         rows.append(row)
     return rows
-
-
-def _evaluates(config: dict) -> str:
-    """An evaluation run's source, as the tables mark it: 'pretrain (best)'; '' for a training run."""
-    source = config.get("evaluate")
-    return f"{source['run']} ({source.get('which', 'best')})" if source else ""
 
 
 def mean_sd_ci(values: list[float]) -> dict:

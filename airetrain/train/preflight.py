@@ -130,11 +130,12 @@ def check_evaluation(plan: Plan) -> None:
         if meta_device_limit(e):
             return
         raise
-    differ = [(k, tuple(v.shape), tuple(fits[k].shape) if k in fits else None) for k, v in trained.items()
-              if k not in fits or fits[k].shape != v.shape] + [(k, None, tuple(fits[k].shape)) for k in fits
-                                                                if k not in trained]
+    there_shapes = {k: tuple(v.shape) for k, v in trained.items()}
+    here_shapes = {k: tuple(v.shape) for k, v in fits.items()}
+    differ = [k for k in {**there_shapes, **here_shapes} if there_shapes.get(k) != here_shapes.get(k)]
     if differ:
-        key, there, here = differ[0]
+        key = differ[0]
+        there, here = there_shapes.get(key), here_shapes.get(key)
         raise ConfigError(
             f"runs.{plan.run}.evaluate: run {source['run']}'s weights do not fit this run's data: {key} is "
             f"{there or 'absent'} in the model trained on {source['run']}'s data ({theirs}) but {here or 'absent'} "
