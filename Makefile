@@ -25,9 +25,9 @@ demo: install
 	@cat results/report/efficiency.md
 
 # The whole suite, the local SLURM cluster included (tests/slurm/up.sh needs root; without it
-# the SLURM tests are skipped with the reason). Two workers, each with a test cluster of its own,
-# share the modules (tests/conftest.py orders them). A cluster the suite started is stopped when it
-# ends, pass or fail.
+# the SLURM tests are skipped with the reason). Two workers: one runs the tests on the cluster, in
+# order, while the other runs the rest (tests/conftest.py groups them). A cluster the suite started
+# is stopped when it ends, pass or fail.
 test: install browser
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -n 2 -v -rs --durations=15
 

@@ -84,27 +84,15 @@ def run(cmd, cwd=None, env=None, check=True, timeout=600, exact_env=False, input
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """How pytest-xdist shares the suite between its workers (`make test`): a module at a time, to
-    whichever worker is free (a module's shared fixtures then run once). Every worker has a SLURM test
-    cluster of its own (slurm_state), so the cluster's modules run on all workers at once. The longest
-    kinds go first, so that no long module is left for the end while the other workers idle: the
-    cluster's modules (they wait on the scheduler and run whole pipelines), then those that run torchrun
-    or Snakemake, then the unit tests; within a kind, the modules with more tests first."""
+    """How pytest-xdist shares the suite between its two workers (`make test`): the tests on the SLURM
+    test cluster (tests/slurm/) are one unit of work, run in order by one worker, since they share the
+    cluster and several count its jobs; the rest go a module at a time to whichever worker is free (a
+    module's shared fixtures then run once). The cluster's unit, the largest, is handed out first."""
     from xdist.scheduler import LoadScopeScheduling
-
-    def rank(scope: str, tests: int) -> tuple:
-        if scope.startswith("tests/slurm/"):
-            return 0, -tests
-        return (1 if scope.startswith(("tests/torchrun/", "tests/e2e/")) else 2), -tests
 
     class SuiteScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return nodeid.split("::", 1)[0]
-
-        def _assign_work_unit(self, node) -> None:
-            scope = min(self.workqueue, key=lambda s: rank(s, len(self.workqueue[s])))
-            self.workqueue.move_to_end(scope, last=False)
-            super()._assign_work_unit(node)
+            return "tests/slurm" if nodeid.startswith("tests/slurm/") else nodeid.split("::", 1)[0]
 
     return SuiteScheduling(config, log)
 
@@ -300,28 +288,8 @@ SLURM_DIR = REPO / "tests" / "slurm"
 sys.path.insert(0, str(SLURM_DIR))   # tests/slurm/jobs.py: the report's live jobs, sbatch and wait helpers
 
 
-def worker_number() -> int:
-    """Which pytest-xdist worker runs this (gw0 -> 0, gw1 -> 1; 0 without xdist)."""
-    return int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-
-
 def slurm_state() -> Path:
-    """The state directory of this worker's SLURM test cluster. Each worker of the suite has a cluster
-    of its own, so that the cluster's tests run on both at once and none sees another's jobs, node
-    failures or accounting outages: the first worker's is $AIRETRAIN_SLURM_STATE (tests/slurm/state,
-    the one `make slurm-up` and CI start), the others' are beside it, <state>-<worker>."""
-    base = Path(os.environ.get("AIRETRAIN_SLURM_STATE", SLURM_DIR / "state"))
-    number = worker_number()
-    return base if number == 0 else base.with_name(f"{base.name}-{number}")
-
-
-def slurm_cluster_settings() -> dict:
-    """up.sh's settings for this worker's cluster: its state directory, its ports (100 apart) and where
-    its job ids start (10000 apart: no two clusters share a job id)."""
-    number = worker_number()
-    port = int(os.environ.get("AIRETRAIN_SLURM_PORT", 6917)) + 100 * number
-    return {"AIRETRAIN_SLURM_STATE": str(slurm_state()), "AIRETRAIN_SLURM_PORT": str(port),
-            "AIRETRAIN_SLURM_FIRST_JOB_ID": str(1 + 10000 * number)}
+    return Path(os.environ.get("AIRETRAIN_SLURM_STATE", SLURM_DIR / "state"))
 
 
 def _cluster_answers(env) -> bool:
@@ -363,13 +331,9 @@ def slurm_cluster():
         if os.geteuid() != 0:
             problem = "the SLURM test cluster needs root (tests/slurm/up.sh)"
         else:
-            import fcntl
-
-            # one up.sh at a time: on a fresh machine the first installs the packages (one apt-get)
-            with open(state.parent / ".up.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                proc = subprocess.run(["bash", str(SLURM_DIR / "up.sh")], capture_output=True, text=True,
-                                      env={**os.environ, **slurm_cluster_settings()}, timeout=600)
+            proc = subprocess.run(["bash", str(SLURM_DIR / "up.sh")],
+                                  env={**os.environ, "AIRETRAIN_SLURM_STATE": str(state)},
+                                  capture_output=True, text=True, timeout=600)
             if proc.returncode != 0 or not _cluster_answers(env):
                 problem = f"tests/slurm/up.sh failed:\n{proc.stdout}\n{proc.stderr}"
         if problem:

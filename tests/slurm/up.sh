@@ -13,9 +13,7 @@
 # whose environment has AIRETRAIN_LAB_JOB_TMPDIR=1 gets TMPDIR=$S/nodetmp/local/job.<id> from the
 # TaskProlog on every node, and the Epilog deletes that directory when the job ends (Aire purges
 # /tmp/job.<id>). Other jobs are left alone.
-# Idempotent; everything lives in $AIRETRAIN_SLURM_STATE (default tests/slurm/state). Another state
-# directory with another $AIRETRAIN_SLURM_PORT and $AIRETRAIN_SLURM_FIRST_JOB_ID is a second cluster,
-# independent of the first (the suite gives each of its workers one).
+# Idempotent; everything lives in $AIRETRAIN_SLURM_STATE (default tests/slurm/state).
 # Clients: source "$AIRETRAIN_SLURM_STATE/env.sh". Stop with down.sh (by pid files only).
 set -euo pipefail
 
@@ -27,9 +25,6 @@ NODE_PORT=$((CTLD_PORT + 13))
 DB_PORT=$((CTLD_PORT - 3601))   # 3316 by default
 # Short credential lifetime: a requeued job restarts after about this long (SLURM's default is 120 s).
 CRED_EXPIRE=${AIRETRAIN_SLURM_CRED_EXPIRE:-10}
-# Where job ids start: a second cluster on this machine counts from elsewhere, so that the two never
-# share a job id (the jobs' cgroups and their rendezvous ports are named after it).
-FIRST_JOB_ID=${AIRETRAIN_SLURM_FIRST_JOB_ID:-1}
 PACKAGES=(slurmctld slurmd slurm-client slurmdbd slurm-wlm-mysql-plugin munge mariadb-server)
 
 say() { printf '[slurm-up %(%T)T] %s\n' -1 "$*" >&2; }
@@ -110,7 +105,6 @@ KillWait=10
 MinJobAge=3600
 SlurmdTimeout=60
 JobRequeue=1
-FirstJobId=$FIRST_JOB_ID
 TaskProlog=$S/etc/task_prolog.sh
 Epilog=$S/etc/epilog.sh
 NodeName=labgpu1 NodeHostname=labgpu1 NodeAddr=127.0.2.1 Port=$((NODE_PORT + 1)) $NODE Gres=gpu:l40s:3
