@@ -2,9 +2,11 @@
 import os
 import sys
 
-from airetrain.train.loop import main
-
 if __name__ == "__main__":
+    # imported here, not above: the checkpoint writer's process (multiprocessing's spawn) runs this file
+    # again as its __mp_main__, and needs none of the trainer (nor the DCP and DTensor it imports)
+    from airetrain.train.loop import main
+
     main()
     # Everything is written and fsynced, and all ranks passed a final barrier. Skip the process
     # group's and the interpreter's teardown: there gloo's worker thread can wait for the GIL
