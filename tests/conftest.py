@@ -111,12 +111,6 @@ def _end_what_the_test_started(request):
             subprocess.run(["scancel", *jobs], env=env, capture_output=True)
 
 
-# For a test of something other than the precision: fp32 trains on a CPU without native bf16 (AVX2
-# only, as this suite's machines) about 5 times faster than the default's emulated bf16. The default
-# itself is trained by the demo pipeline (tests/e2e), the DDP runs of tests/torchrun/test_train_ddp.py
-# (a resume included) and each precision's own test.
-CPU_FP32 = {"precision": "fp32"}
-
 # The environment plan tests plan in: a $HOME to refuse datasets under, and a $SCRATCH.
 ENV = {"HOME": "/home/user", "SCRATCH": "/scratch/user"}
 ROOT_VARIABLES = ("SCRATCH", "TMP_SHARED", "TMPDIR")

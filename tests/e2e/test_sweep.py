@@ -8,7 +8,7 @@ from airetrain.errors import ConfigError
 from airetrain.plan.planner import plan_all
 from airetrain.plan.sweep import format_value
 
-from conftest import CPU_FP32, ENV, read_json, snakemake, write_config
+from conftest import ENV, read_json, snakemake, write_config
 
 
 def test_grid_expands_with_readable_deterministic_names():
@@ -67,7 +67,7 @@ def test_sweep_over_the_gpu_limit_is_warned_about(caplog):
 @pytest.mark.e2e
 def test_manifest_and_rerunning_only_what_a_change_affects(tmp_path):
     base = {"roots": {"scratch": str(tmp_path / "scratch"), "tmp_shared": str(tmp_path / "fast")},
-            "defaults": {**CPU_FP32, "train": {"epochs": 2}}, "runs": {"a": {}, "b": {}}}
+            "defaults": {"precision": "fp32", "train": {"epochs": 2}}, "runs": {"a": {}, "b": {}}}
     cfg = write_config(tmp_path / "c.yaml", base)
     # the working directory is the project: a git repository of its own, whose commit the record names
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.org"]

@@ -7,7 +7,7 @@ import pytest
 
 from airetrain.train.launcher.lock import LOG
 
-from conftest import BIN, CPU_FP32, read_json, run, slurm_state, snakemake_cmd, spawn, wait_for, write_config
+from conftest import BIN, read_json, run, slurm_state, snakemake_cmd, spawn, wait_for, write_config
 from test_slurm import SLURM_ARGS, unique
 from user_code import write_ownlab
 
@@ -26,7 +26,7 @@ def test_a_second_snakemake_after_the_first_died_waits_for_the_job_still_trainin
     hold.touch()
     cfg = write_config(work / "config.yaml", {
         "roots": {"scratch": str(work / "scratch")},
-        "runs": {"long": {"gpus": 0, "processes": 2, **CPU_FP32, "slurm": {"partition": "standard"},
+        "runs": {"long": {"gpus": 0, "processes": 2, "precision": "fp32", "slurm": {"partition": "standard"},
                           "model": {"name": "ownlab.lab:paced"}, "train": {"epochs": 2, "log_every_steps": 1},
                           "checkpoint": {"every_steps": 5}}}})
     env = {**os.environ, **slurm_cluster, "PATH": f"{BIN}:{os.environ['PATH']}", "HOLD": str(hold),

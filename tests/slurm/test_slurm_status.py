@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from conftest import BIN, CPU_FP32, run, slurm_state, snakemake_cmd, spawn, wait_for, write_config
+from conftest import BIN, run, slurm_state, snakemake_cmd, spawn, wait_for, write_config
 from user_code import write_ownlab
 from test_slurm import SLURM_ARGS, STAND_IN, unique
 
@@ -40,7 +40,8 @@ def test_status_shows_pending_training_done_and_failed(slurm_cluster, tmp_path, 
             # held at a second a step (tests/user_code.py's paced model) until the test has seen it train
             "a": {**STAND_IN, "gpus": 3, "batch": {"global": 96, "per_device": 32},
                   "model": {"name": "ownlab.lab:paced"}, "train": {"epochs": 2, "log_every_steps": 1}},
-            "b": {"gpus": 0, "processes": 2, **CPU_FP32, "slurm": {"partition": "standard"}, "train": {"epochs": 1}},
+            "b": {"gpus": 0, "processes": 2, "precision": "fp32", "slurm": {"partition": "standard"},
+                  "train": {"epochs": 1}},
             "c": {"gpus": 0, "processes": 1, "slurm": {"partition": "standard"}, "train": {"script": "boom.py"}},
         }})
     # node-local, fresh for this session (as Aire's per-job $TMPDIR): no fast root left by an earlier run

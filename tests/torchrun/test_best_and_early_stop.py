@@ -9,14 +9,14 @@ import torch
 
 from airetrain.checkpoint import store
 
-from conftest import BIN, CPU_FP32, read_json, run
+from conftest import BIN, read_json, run
 from test_checkpoint import durable_dir, killed_and_resumed_equals_uninterrupted
 
 EVERY, PATIENCE = 10, 5
 # The curve falls, so with mode max on eval_loss the first evaluation is the best and stays so; no
 # evaluation can beat it by min_delta: the run stops after PATIENCE more, at step EVERY * (PATIENCE + 1),
 # long before its 10 epochs (220 steps) end. keep 1: only the monitor keeps the best one.
-STOPS = {"processes": 2, **CPU_FP32, "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
+STOPS = {"processes": 2, "precision": "fp32", "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
          "train": {"epochs": 10, "log_every_steps": 10, "eval_every_steps": EVERY, "eval_every_epochs": 10,
                    "early_stop": {"patience": PATIENCE, "min_delta": "1e2"}},
          "checkpoint": {"every_steps": 3, "keep": 1, "monitor": "eval_loss", "mode": "max"}}

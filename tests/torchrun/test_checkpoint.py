@@ -19,12 +19,12 @@ from airetrain.checkpoint import store
 from airetrain.checkpoint.store import CheckpointError
 from airetrain.fingerprints import fingerprint as config_fingerprint
 
-from conftest import (CPU_FP32, assert_identical, descendants, end_all, final_state, launch_training, newest_step,
+from conftest import (assert_identical, descendants, end_all, final_state, launch_training, newest_step,
                       prepare_training, read_json, run, spawn, wait_for)
 
 # 2 ranks x 2 micro-batches of 16; dropout, so that the random streams matter; a save every 3 steps.
-# fp32 (CPU_FP32): what is tested here is the checkpoint, not the precision
-LONG = {"processes": 2, **CPU_FP32, "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
+# fp32: what is tested here is the checkpoint, not the precision (docs/development.md)
+LONG = {"processes": 2, "precision": "fp32", "batch": {"global": 64, "per_device": 16}, "model": {"dropout": 0.2},
         "train": {"epochs": 10, "log_every_steps": 10}, "checkpoint": {"every_steps": 3, "keep": 3}}
 STEPS = 10 * (1437 // 64)
 
@@ -180,7 +180,7 @@ def test_a_user_datasets_random_augmentations_replay_exactly_after_a_kill(tmp_pa
     (tmp_path / "code" / "auglab").mkdir(parents=True)
     (tmp_path / "code" / "auglab" / "__init__.py").write_text("")
     (tmp_path / "code" / "auglab" / "noisy.py").write_text(AUGMENTED)
-    cfg = {"processes": 2, **CPU_FP32, "model": {"name": "auglab.noisy:model"},
+    cfg = {"processes": 2, "precision": "fp32", "model": {"name": "auglab.noisy:model"},
            "data": {"name": "auglab.noisy:dataset", "workers": 2},
            "batch": {"global": 64, "per_device": 16}, "train": {"epochs": 8, "log_every_steps": 10},
            "checkpoint": {"every_steps": 3, "keep": 3}}
