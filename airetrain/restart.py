@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .records import Plan
 from .roots import fast_root, is_under, run_dir
+from .text import did_you_mean
 
 TRAINED = "train.json"   # the finished run's record, kept on scratch beside its checkpoints
 
@@ -45,7 +46,8 @@ def restart(plans: dict[str, Plan], names: list[str], results: Path, confirm) ->
 
     unknown = [n for n in names if n not in plans]
     if unknown:
-        raise ConfigError(f"restart: unknown run {', '.join(map(repr, unknown))}; runs: {', '.join(plans)}")
+        named = ", ".join(f"{n!r}{did_you_mean(n, plans)}" for n in unknown)
+        raise ConfigError(f"restart: unknown run {named}; runs: {', '.join(plans)}")
     paths = [p for n in names for p in removals(plans[n], results)]
     if not paths or not confirm(paths):
         return []

@@ -37,3 +37,14 @@ def clock(seconds: float) -> str:
     """A duration as H:MM:SS (an ETA, a time so far)."""
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def did_you_mean(word, choices) -> str:
+    """" (did you mean 'lr'?)": the nearest of choices to a mistyped word (difflib's ratio, as Python's
+    own NameError suggestions and Snakemake's use it), or '' where none is near."""
+    import difflib
+
+    if not isinstance(word, str):
+        return ""
+    near = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near else ""

@@ -16,6 +16,7 @@ import yaml
 from ..errors import ConfigError
 from ..run_config import RunConfig, Settings
 from ..schema import complete, defaults_from_schema, load_schema, numbers, resolve_ref as _resolve_ref
+from ..text import did_you_mean
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 SLURM_NAME = SAFE_NAME   # accounts and QoS, also where they come from the environment ($SBATCH_ACCOUNT)
@@ -63,12 +64,11 @@ def _friendly(error: jsonschema.ValidationError, root: dict) -> str:
     if error.validator == "additionalProperties":
         allowed = sorted(_subschema(root, list(error.absolute_path)).get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
-        keys = ", ".join(repr(k) for k in extra)
+        keys = ", ".join(f"{k!r}{did_you_mean(k, allowed)}" for k in extra)
         return f"unknown key {keys} in {where}; allowed keys: {', '.join(allowed)}"
     if error.validator == "enum":
-        return f"{where} = {error.instance!r} is not allowed; allowed values: " + ", ".join(
-            repr(v) for v in error.validator_value
-        )
+        return (f"{where} = {error.instance!r} is not allowed{did_you_mean(error.instance, error.validator_value)}; "
+                "allowed values: " + ", ".join(repr(v) for v in error.validator_value))
     if error.validator == "anyOf" and isinstance(error.instance, dict):   # the object form's own errors
         objects = {i for i, sub in enumerate(error.validator_value) if sub.get("type") == "object"}
         inner = [e for e in error.context if e.relative_schema_path and e.relative_schema_path[0] in objects]
@@ -76,7 +76,7 @@ def _friendly(error: jsonschema.ValidationError, root: dict) -> str:
             return "; ".join(_friendly(e, root) for e in inner)
     if error.validator == "anyOf":  # a built-in name or an import path
         names = [v for sub in error.validator_value for v in sub.get("enum", [])]
-        return (f"{where} = {error.instance!r} is not allowed; allowed values: "
+        return (f"{where} = {error.instance!r} is not allowed{did_you_mean(error.instance, names)}; allowed values: "
                 + ", ".join(map(repr, names)) + ", or an import path 'package.module:function'")
     if error.validator == "pattern" and "x-allowed" in error.schema:  # strings that reach SLURM or a shell
         return f"{where} = {error.instance!r} is not allowed: {error.schema['x-allowed']}"
@@ -119,8 +119,12 @@ def run_key_schema(schema: dict, dotted: str) -> dict | None:
     return node
 
 
-def has_run_key(schema: dict, dotted: str) -> bool:
-    return run_key_schema(schema, dotted) is not None
+def run_keys(schema: dict) -> list[str]:
+    """Every dotted run key (optim, optim.lr, ...): what run_key_schema finds."""
+    def walk(node: dict, prefix: str) -> list[str]:
+        properties = _resolve_ref(node, schema).get("properties", {})
+        return [k for key, sub in properties.items() for k in (prefix + key, *walk(sub, f"{prefix}{key}."))]
+    return walk(schema["$defs"]["run"], "")
 
 
 def resolve(config: dict) -> tuple[Settings, dict[str, RunConfig]]:
@@ -206,7 +210,7 @@ def _grid(grid, schema: dict, where: str = "sweep") -> dict:
 
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise ConfigError(f"{where} must map dotted run keys to lists of values, e.g. {{optim.lr: [1e-3, 3e-4]}}")
-    sweep.check_keys(grid, lambda key: has_run_key(schema, key), where)
+    sweep.check_keys(grid, run_keys(schema), where)
     return {key: numbers(values, {"type": "array", "items": run_key_schema(schema, key)}, schema)
             for key, values in grid.items()}   # a run's name shows the number, as written in any form
 
@@ -243,8 +247,8 @@ def evaluation_runs(runs: dict[str, RunConfig]) -> dict[str, RunConfig]:
         where = f"runs.{name}.evaluate"
         if source not in runs or source == name:
             others = sorted(set(runs) - {name})
-            raise ConfigError(f"{where}.run: {source!r} is not another run of this config; its runs: "
-                              f"{', '.join(others) or 'none'}")
+            raise ConfigError(f"{where}.run: {source!r} is not another run of this config"
+                              f"{did_you_mean(source, others)}; its runs: {', '.join(others) or 'none'}")
         if runs[source].evaluate is not None or runs[source].train.script:
             raise ConfigError(f"{where}.run: {source!r} trains no weights of its own (it is "
                               f"{'an evaluation run' if runs[source].evaluate else 'a script of its own'})")
@@ -264,8 +268,8 @@ def check_init_from(runs: dict[str, RunConfig]) -> None:
     for name, run in runs.items():
         other = starts_from(run)
         if other is not None and other not in runs:
-            raise ConfigError(f"runs.{name}.model.init_from.run: {other!r} is not a run of this config; its runs: "
-                              f"{', '.join(sorted(runs))}")
+            raise ConfigError(f"runs.{name}.model.init_from.run: {other!r} is not a run of this config"
+                              f"{did_you_mean(other, runs)}; its runs: {', '.join(sorted(runs))}")
         chain, at = [name], other
         while at is not None:
             chain.append(at)

@@ -10,6 +10,7 @@ import itertools
 import re
 
 from ..errors import ConfigError
+from ..text import did_you_mean
 
 # Short labels for the keys people sweep most; any other key is labelled by its last part.
 LABELS = {"gpus": "g", "optim.lr": "lr", "batch.global": "gb", "batch.per_device": "bs", "processes": "p",
@@ -40,10 +41,12 @@ def _nested(dotted: str, value) -> dict:
     return out
 
 
-def check_keys(sweep: dict, run_schema_has, where: str = "sweep") -> None:
-    unknown = [key for key in sweep if not run_schema_has(key)]
+def check_keys(sweep: dict, run_keys: list[str], where: str = "sweep") -> None:
+    """Every key of a grid is a dotted run key (run_keys: all of them)."""
+    unknown = [key for key in sweep if key not in run_keys]
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; sweep keys are dotted run "
+        named = ", ".join(f"{key!r}{did_you_mean(key, run_keys)}" for key in unknown)
+        raise ConfigError(f"{where}: unknown key(s) {named}; sweep keys are dotted run "
                           "keys such as optim.lr, gpus or batch.global")
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..fsutil import read_json
-from ..text import markdown_table
+from ..text import did_you_mean, markdown_table
 from .collection import evaluates_label
 
 PER_GROUP = ("n_finished", "n_planned")
@@ -44,7 +44,8 @@ def compare(results: Path, names: list[str]) -> dict:
     by_group = {g["group"]: g for g in group_rows(rows)}
     unknown = [n for n in names if n not in by_run and n not in by_group]
     if unknown:
-        raise ConfigError(f"compare: unknown run or group {', '.join(map(repr, unknown))}; runs: "
+        named = ", ".join(f"{n!r}{did_you_mean(n, [*known, *by_group])}" for n in unknown)
+        raise ConfigError(f"compare: unknown run or group {named}; runs: "
                           f"{', '.join(known) or 'none in ' + str(results)}; groups: {', '.join(sorted(by_group))}")
     configs = {n: by_run[n]["config"] if n in by_run else next(r["config"] for r in rows if r["group"] == n)
                for n in names}

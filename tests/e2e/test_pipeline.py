@@ -134,7 +134,7 @@ def test_bad_config_is_refused_before_any_job(tmp_path):
     proc = snakemake(tmp_path, cfg, "--cores", "1", check=False)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
-    assert "unknown key 'lrr' in runs.y.optim" in out
+    assert "unknown key 'lrr' (did you mean 'lr'?) in runs.y.optim" in out
     assert not (tmp_path / "results").exists() and not (tmp_path / ".airetrain").exists()
 
 

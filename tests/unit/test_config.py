@@ -31,8 +31,29 @@ def test_unknown_key_names_key_place_and_allowed_keys():
 
 def test_unknown_top_level_and_defaults_keys():
     msg = errors_of({"runs": {"a": {}}, "defaults": {"gpu": 1}, "sweeps": {}})
-    assert "'gpu' in defaults" in msg and "gpus" in msg
-    assert "'sweeps' in (top level)" in msg
+    assert "'gpu' (did you mean 'gpus'?) in defaults" in msg
+    assert "'sweeps' (did you mean 'sweep'?) in (top level)" in msg
+
+
+def test_a_typo_gets_the_nearest_key_value_or_run_name():
+    """A near miss names what was probably meant, beside the whole list (as Snakemake and Hydra do)."""
+    assert "unknown key 'lrr' (did you mean 'lr'?) in runs.a.optim; allowed keys: fused," in \
+        errors_of({"runs": {"a": {"optim": {"lrr": 0.1}}}})
+    assert "runs.a.precision = 'bf61' is not allowed (did you mean 'bf16'?)" in \
+        errors_of({"runs": {"a": {"precision": "bf61"}}})
+    assert "runs.a.model.name = 'small_cn' is not allowed (did you mean 'small_cnn'?)" in \
+        errors_of({"runs": {"a": {"model": {"name": "small_cn"}}}})
+    assert "sweep: unknown key(s) 'optim.lrr' (did you mean 'optim.lr'?)" in \
+        errors_of({"runs": {"a": {}}, "sweep": {"optim.lrr": [1, 2]}})
+    assert "'pretrian' is not a run of this config (did you mean 'pretrain'?); its runs: ft, pretrain" in \
+        errors_of({"runs": {"pretrain": {}, "ft": {"model": {"init_from": {"run": "pretrian"}}}}})
+    assert "'pretrian' is not another run of this config (did you mean 'pretrain'?)" in \
+        errors_of({"runs": {"pretrain": {}, "ev": {"evaluate": {"run": "pretrian"}}}})
+    from airetrain.restart import restart
+    with pytest.raises(ConfigError, match=r"restart: unknown run 'digts' \(did you mean 'digits'\?\); runs: digits"):
+        restart({"digits": None}, ["digts"], REPO / "results", confirm=lambda paths: False)
+    far = errors_of({"runs": {"a": {"optim": {"zzzz": 0.1}}}})   # nothing near: no guess, the list alone
+    assert "did you mean" not in far and "unknown key 'zzzz' in runs.a.optim; allowed keys:" in far
 
 
 def test_wrong_value_lists_allowed_values():
