@@ -84,6 +84,20 @@ def _table(found: list[tuple[str, str, str, str]]) -> list[str]:
                           [[f"`{k}`", _cell(d), _cell(a), _cell(w)] for k, d, a, w in found])
 
 
+def built_ins() -> list[str]:
+    """The built-in models, datasets and losses, from their tables (airetrain.builtin_models, airetrain.catalog)."""
+    from .builtin_models import LOSSES, MODELS
+    from .catalog import DATASETS, data_names
+
+    return ["## Built-in models, datasets and losses", "",
+            "`model.name`, `data.name` and `train.loss` take these names, or an import path of your own.", "",
+            *markdown_table(["model.name", "what", "its keys", "default loss"],
+                            [[f"`{n}`", _cell(m.about), ", ".join(f"`model.{k}`" for k in m.keys),
+                              f"`{m.loss or 'cross_entropy'}`"] for n, m in MODELS.items()]), "",
+            *markdown_table(["data.name", "what"], [[f"`{n}`", _cell(DATASETS[n].about)] for n in data_names()]), "",
+            *markdown_table(["train.loss", "what"], [[f"`{n}`", _cell(about)] for n, about in LOSSES.items()]), ""]
+
+
 def markdown() -> str:
     schema = load_schema()
     top = {k: v for k, v in schema["properties"].items() if k != "defaults"}
@@ -92,7 +106,7 @@ def markdown() -> str:
              "## The file", "", *_table(rows({"properties": top}, schema)), "",
              "## A run", "",
              "The keys of `defaults:`, and of each entry of `runs:` (which changes only what differs).", "",
-             *_table(rows(run, schema)), ""]
+             *_table(rows(run, schema)), "", *built_ins()]
     return "\n".join(lines)
 
 

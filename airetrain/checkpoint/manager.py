@@ -293,13 +293,32 @@ class Checkpointer:
         else:
             log.warning("the checkpoint was written by %d ranks, this run has %d: random streams restart",
                         len(trainer["rng"]), self.d.world_size)
-        entry = self.latest = head["entry"]
-        if self.d.is_main and Path(head["path"]).parent == self.dir != self.durable \
-                and not any(store.same(entry, e) for e in store.entries(self.durable)):
-            # a kill between writing and promoting leaves the newest checkpoint only on the fast
-            # root: copy it to scratch now, in the background, not after the next save
-            self._thread = threading.Thread(target=self._run, args=(lambda: self._promote(entry),),
-                                            name="checkpoint", daemon=True)
-            self._thread.start()
+        self.latest = head["entry"]
+        if self.d.is_main and self.dir != self.durable:
+            self._catch_up(head["entry"], Path(head["path"]).parent == self.dir)
         log.info("resumed from %s (step %d, epoch %d)", head["path"], trainer["step"], trainer["epoch"])
         return trainer
+
+    def _catch_up(self, resumed: dict, from_fast: bool) -> None:
+        """Rank 0, in the background: every checkpoint the fast root's manifest keeps (the newest and
+        the best) that scratch lacks is made durable now, not after the next save. A kill between
+        writing and promoting leaves the newest only on the fast root; a run folder removed from
+        scratch leaves all of them there, the best included, which the promote step needs."""
+        durable = store.entries(self.durable)
+        missing = [{**e, "path": str(self.dir / e["file"])} for e in store.entries(self.dir)
+                   if e.get("fingerprint") == self.fingerprint and e["step"] < resumed["step"]
+                   and not any(store.same(e, d) for d in durable)]
+        newest = from_fast and not any(store.same(resumed, d) for d in durable)
+        if not missing and not newest:
+            return
+
+        def job():
+            for entry in missing:   # older ones, oldest first; one that no longer verifies is left
+                try:
+                    promote(entry, self.durable, self.keep, full_check=True)
+                except store.CheckpointError as e:
+                    log.warning("checkpoint step %d stays on the fast root only: %s", entry["step"], e)
+            if newest:
+                self._promote(resumed)
+        self._thread = threading.Thread(target=self._run, args=(job,), name="checkpoint", daemon=True)
+        self._thread.start()

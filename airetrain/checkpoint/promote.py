@@ -54,22 +54,26 @@ def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_
             "mode": mode, "verified": True}
 
 
-def promote_best(final: dict, durable_dir: str | Path, keep: int | None = None) -> dict | None:
+def promote_best(final: dict, durable_dir: str | Path, keep: int | None = None,
+                 fast_dir: str | Path | None = None, run: str = "<run>") -> dict | None:
     """The best checkpoint (checkpoint.monitor) that the final one names, durable and verified like it:
     its entry with path, or None where the run monitored nothing. Looked for on scratch, else where the
-    final one was written (the fast root: a kill before its background promotion)."""
+    final one was written and on the fast root (fast_dir: a kill before its background promotion)."""
     best = final.get("best")
     if not best:
         return None
     if best["step"] == final["step"]:
         return final
     durable_dir = Path(durable_dir)
-    for directory in (durable_dir, Path(final.get("source", final["path"])).parent):
+    places = list(dict.fromkeys([durable_dir, Path(final.get("source", final["path"])).parent,
+                                 *([Path(fast_dir)] if fast_dir else [])]))
+    for directory in places:
         for entry in store.entries(directory):
             if entry["step"] == best["step"] and entry.get("fingerprint") == final.get("fingerprint"):
                 return promote({**entry, "path": str(directory / entry["file"])}, durable_dir, keep)
     raise CheckpointError(f"the best checkpoint (step {best['step']}, {best['metric']} {best['value']:.6g}) "
-                          f"is in neither {durable_dir} nor {Path(final.get('source', final['path'])).parent}")
+                          f"is in none of {', '.join(map(str, places))}: no copy of it is left to promote. "
+                          f"To train run {run} again from step 0: airetrain restart {run}")
 
 
 def promote_mirror(entry: dict, durable_dir: str | Path) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..builtin_models import MODELS, channels_last_applies
 from ..catalog import default_path
 from ..errors import ConfigError
 from ..quota import pack_command, quota_messages
@@ -64,13 +65,14 @@ def trainer(name: str, run: RunConfig, device: str, problems: list[str]) -> list
                         "from; remove it for CPU runs")
     if run.fsdp_cpu_offload and run.strategy == "ddp":
         problems.append(f"runs.{name}.fsdp_cpu_offload applies to FSDP only; set strategy: fsdp or remove it")
-    if run.channels_last and (model.name in ("vit", "gpt") or (model.name == "unet" and model.dims == 3)):
-        problems.append(f"runs.{name}.channels_last applies to 2D convolutional models (small_cnn, resnet18, unet "
+    if run.channels_last and not channels_last_applies(model.name, model.dims):
+        convolutional = ", ".join(n for n, m in MODELS.items() if m.convolutional_2d)
+        problems.append(f"runs.{name}.channels_last applies to 2D convolutional models ({convolutional} "
                         f"with dims: 2, or your own), not to {model.name}"
-                        + (" with dims: 3" if model.name == "unet" else "") + "; remove it")
+                        + (" with dims: 3" if MODELS[model.name].convolutional_2d else "") + "; remove it")
     if run.ddp_bucket_mb != 25 and run.strategy == "fsdp":
         problems.append(f"runs.{name}.ddp_bucket_mb applies to DDP; FSDP reduces per unit: remove it")
-    if model.name in ("vit", "gpt") and model.width % model.heads:
+    if model.name in MODELS and MODELS[model.name].attention and model.width % model.heads:
         problems.append(f"runs.{name}.model.heads = {model.heads} does not divide model.width = {model.width}")
     init = model.init_from
     if isinstance(init, str) and not Path(init).expanduser().exists():

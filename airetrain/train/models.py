@@ -1,4 +1,4 @@
-"""Built-in models in plain PyTorch, and user models by import path.
+"""Built-in models in plain PyTorch (their table: airetrain.builtin_models), and user models by import path.
 
 Every builder takes the dataset's `meta` (shape and classes, or vocab and seq_len) and the
 `model:` config section. A model's `blocks` (a ModuleList) are what FSDP shards one by one;
@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..builtin_models import MODELS
 from ..run_config import Model
 
 
@@ -161,7 +162,9 @@ class UNet(nn.Module):
         return self.head(x)
 
 
-MODELS = {"small_cnn": small_cnn, "resnet18": ResNet18, "vit": ViT, "gpt": GPT, "unet": UNet}
+def builder(name: str):
+    """The builder of a built-in model (airetrain.builtin_models names it)."""
+    return globals()[MODELS[name].builder]
 
 
 def import_callable(path: str):
@@ -185,7 +188,7 @@ def build_model(cfg: Model | dict, meta: dict) -> nn.Module:
     is called as function(meta, model_config), the model section as a plain dict. cfg: the model section,
     or a dict of some of its keys (the schema's defaults for the rest)."""
     cfg = cfg if isinstance(cfg, Model) else Model.with_defaults("model", cfg)
-    model = import_callable(cfg.name)(meta, cfg.to_dict()) if ":" in cfg.name else MODELS[cfg.name](meta, cfg)
+    model = import_callable(cfg.name)(meta, cfg.to_dict()) if ":" in cfg.name else builder(cfg.name)(meta, cfg)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model {cfg.name!r} returned {type(model).__name__}, not a torch.nn.Module")
     return model

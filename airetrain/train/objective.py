@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..builtin_models import default_loss
 from ..run_config import Model, Train
 from . import batches
 from .models import import_callable
@@ -98,8 +99,8 @@ def mse(output, batch) -> torch.Tensor:
     return F.mse_loss(logits_of(output).float(), batches.target(batch).float())
 
 
+# the functions of builtin_models.LOSSES' names
 LOSSES = {"cross_entropy": cross_entropy, "dice_cross_entropy": dice_cross_entropy, "mse": mse}
-DEFAULT_LOSS = {"unet": "dice_cross_entropy"}   # built-in models whose task wants another loss
 
 
 def dice_per_sample(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -117,7 +118,7 @@ class Objective:
 
     def __init__(self, train: Train, model: Model):
         self.user_forward = import_callable(train.forward) if train.forward else None
-        loss = train.loss or DEFAULT_LOSS.get(model.name)
+        loss = train.loss or default_loss(model.name)
         self.user_loss = (LOSSES[loss] if loss in LOSSES else import_callable(loss)) if loss else None
         self.built_in_loss = loss in LOSSES
         self.user_metrics = import_callable(train.metrics) if train.metrics else None

@@ -3,11 +3,14 @@ monitor picks, kept through pruning, promoted and verified, with best.safetensor
 stop early stops after `patience` evaluations, and a kill -9 and resume stop at the same step
 with bit-identical parameters."""
 import json
+import shutil
+import sys
 from pathlib import Path
 
 import torch
 
 from airetrain.checkpoint import store
+from airetrain.workflow import TRAIN_SCRIPT
 
 from conftest import BIN, read_json, run
 from test_checkpoint import durable_dir, killed_and_resumed_equals_uninterrupted
@@ -59,3 +62,15 @@ def test_a_run_built_to_stop_early_stops_at_the_same_step_after_a_kill_and_keeps
     assert all(torch.equal(weights[k], checkpoint["model"][k]) for k in weights)
     last = load_file(read_json(out / "checkpoint.json")["weights"]["path"])
     assert any(not torch.equal(weights[k], last[k]) for k in weights)   # the best, not the last
+
+    # The run's folder on scratch removed, its fast root's kept, the run again: the session that finds
+    # it trained makes both kept checkpoints durable again, the best included, and promote finds both.
+    fast = tmp_path / "cut" / "fast" / "airetrain" / "t" / "checkpoints"
+    assert [e["step"] for e in store.entries(fast)] == [best_step, STOP_STEP]
+    shutil.rmtree(durable.parent)
+    run([sys.executable, "-m", "airetrain", "launch", "--plan", str(out / "plan.json"), "--stage",
+         str(out / "stage.json"), "--out", str(out), "--script", str(TRAIN_SCRIPT)])
+    assert [e["step"] for e in store.entries(durable)] == [best_step, STOP_STEP]
+    assert all(store.same(a, b) for a, b in zip(store.entries(durable), store.entries(fast)))
+    assert f"best: step {best_step}" in run(cmd).stdout
+    assert read_json(out / "checkpoint.json")["best"]["sha256"] == entry["sha256"]

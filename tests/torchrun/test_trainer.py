@@ -8,7 +8,8 @@ import torch
 
 from airetrain.plan import config
 from airetrain.errors import ConfigError
-from airetrain.train.models import MODELS, build_model
+from airetrain.builtin_models import MODELS
+from airetrain.train.models import build_model
 from airetrain.cli import resolve_plan
 from airetrain.plan.planner import plan_all
 
@@ -64,10 +65,13 @@ def test_tensor_core_unfriendly_sizes_are_warned_about_on_gpus():
     assert plan({"gpus": 1, "batch": {"global": 64, "per_device": 32}}).warnings == []
 
 
-@pytest.mark.parametrize("name,meta", [
-    ("small_cnn", {"shape": [3, 16, 16], "classes": 10}), ("resnet18", {"shape": [3, 16, 16], "classes": 10}),
-    ("vit", {"shape": [3, 16, 16], "classes": 10}), ("gpt", {"vocab": 100, "seq_len": 12, "classes": 100})])
-def test_built_in_models_run_forward_and_backward(name, meta):
+FORWARD_META = {"small_cnn": {"shape": [3, 16, 16], "classes": 10}, "resnet18": {"shape": [3, 16, 16], "classes": 10},
+                "vit": {"shape": [3, 16, 16], "classes": 10}, "gpt": {"vocab": 100, "seq_len": 12, "classes": 100}}
+
+
+@pytest.mark.parametrize("name", sorted(set(MODELS) - {"unet"}))   # unet: tests/unit/test_segmentation.py
+def test_built_in_models_run_forward_and_backward(name):
+    meta = FORWARD_META[name]   # a model added to the table needs its case here
     _, runs = config.resolve({"runs": {"r": {"model": {"name": name, "width": 32, "depth": 2}}}})
     model = build_model(runs["r"].model, meta)
     x = torch.randint(100, (4, 12)) if name == "gpt" else torch.randn(4, 3, 16, 16)
@@ -75,7 +79,6 @@ def test_built_in_models_run_forward_and_backward(name, meta):
     assert out.shape == ((4, 12, 100) if name == "gpt" else (4, 10))
     out.float().mean().backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
-    assert set(MODELS) == {"small_cnn", "resnet18", "vit", "gpt", "unet"}   # unet: tests/unit/test_segmentation.py
 
 
 def logged_losses(out) -> list[float]:

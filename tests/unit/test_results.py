@@ -68,7 +68,7 @@ def test_compare_names_the_differing_key_and_refuses_an_unknown_name(tmp_path):
     assert list(seeds["differs"]) == ["train.seed"]
     with pytest.raises(ConfigError, match=r"compare: unknown run or group 'nope'; runs: base-lr1e-3-seed0, "):
         results.compare(tmp_path, ["nope"])
-    with pytest.raises(ConfigError, match=r"unknown run or group 'base-lr1e-3-sed0' \(did you mean 'base-lr1e-3-seed0'\?\)"):
+    with pytest.raises(ConfigError, match=r"group 'base-lr1e-3-sed0' \(did you mean 'base-lr1e-3-seed0'\?\)"):
         results.compare(tmp_path, ["base-lr1e-3-sed0"])
 
 

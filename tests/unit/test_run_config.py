@@ -98,3 +98,19 @@ def test_a_record_refuses_a_dict_whose_keys_differ_naming_them():
 def test_the_schemas_dataset_enum_is_the_built_in_table():
     enum = next(sub["enum"] for sub in SCHEMA["$defs"]["dataset_name"]["anyOf"] if "enum" in sub)
     assert enum == data_names()
+
+
+def test_the_schemas_model_and_loss_enums_are_the_built_in_tables():
+    """One table per kind of built-in: the schema accepts exactly its names, each model's builder
+    exists and reads only model keys, each default loss is a built-in loss, and the trainer has a
+    function for every loss of the table."""
+    from airetrain.builtin_models import LOSSES, MODELS
+    from airetrain.train import models, objective
+
+    model_enum = next(sub["enum"] for sub in SCHEMA["$defs"]["model_name"]["anyOf"] if "enum" in sub)
+    assert model_enum == list(MODELS)
+    loss_node = resolve_ref(SCHEMA["$defs"]["run"], SCHEMA)["properties"]["train"]["properties"]["loss"]
+    assert next(sub["enum"] for sub in loss_node["anyOf"] if "enum" in sub) == list(LOSSES) == list(objective.LOSSES)
+    model_keys = set(resolve_ref(SCHEMA["$defs"]["run"], SCHEMA)["properties"]["model"]["properties"])
+    for name, row in MODELS.items():
+        assert callable(models.builder(name)) and set(row.keys) <= model_keys and row.loss in (None, *LOSSES)
