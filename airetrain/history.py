@@ -113,6 +113,16 @@ def record(results: Path, rows: list[dict]) -> list[dict]:
     return added
 
 
+def of_profile(scratch: Path, plan: Plan, newest: dict | None = None) -> list[dict]:
+    """The history of the plan's profile, oldest first, as right-sizing reads it; with newest (a line
+    entry() made that may not be recorded yet), as the next plan will read it once it is."""
+    pid = profile_id(profile(plan))
+    lines = [line for line in everything(scratch) if line["profile_id"] == pid]
+    if newest is not None and newest["profile_id"] == pid:
+        lines = [line for line in lines if _key(line) != _key(newest)] + [newest]
+    return lines
+
+
 def everything(scratch: Path) -> list[dict]:
     """Every run's history under <scratch>/airetrain/, oldest first."""
     lines = [line for path in sorted((scratch / "airetrain").glob(f"*/{HISTORY}")) for line in read(path.parent)]

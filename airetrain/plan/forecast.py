@@ -24,11 +24,11 @@ from typing import Callable
 
 from ..errors import ConfigError
 from ..history import profile, profile_id
-from ..units import format_duration
 from ..records import Plan
-from .request import sbatch_options
-from .rightsize import largest, planned_steps
+from ..sizing import largest, planned_steps
 from ..text import aligned
+from ..units import format_duration
+from .request import sbatch_options
 
 LAYOUT_KEYS = ("world_size", "nodes")   # what a profile may differ in and still predict another layout
 STARTS_AT = re.compile(r"to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")

@@ -2,7 +2,10 @@
 
 A row holds the job's accounting figures (cpu_eff, mem_*, time_eff, gpu_*), and for pipeline runs
 the trainer's (data_wait_frac, gpu_util, gpu_mem_peak_mb, strategy, per-rank settings from the
-plan). Thresholds are deliberately plain: below half of what was asked for is worth changing.
+plan) and next_request: what `resources: measured` would ask for in the next plan, computed by
+airetrain.sizing from the run's history, this job included. The advice quotes that request; for any
+other SLURM job it applies the same headrooms to the job's own figures. A request is worth changing
+where under half of it was used (LOW).
 """
 from __future__ import annotations
 
@@ -13,14 +16,13 @@ from ..hardware import GPUS
 from ..history import everything
 from ..quota import pack_command
 from ..records import Plan
+from ..sizing import CPU_HEADROOM, LOADER_BOUND, MEM_HEADROOM, TIME_HEADROOM
 from ..text import human_mb
 from ..units import format_duration
 
-LOW = 0.5             # below this share of a request, ask for less
-DATA_BOUND = 0.3      # data wait share above which the loader, not the GPU, sets the pace
-HEADROOM = 1.2        # memory: peak + 20 %
-TIME_HEADROOM = 1.5   # time: 1.5 x what was used
-STAGE_SLOW = 0.03     # staging above this share of the job: worth packing the dataset
+LOW = 0.5               # below this share of a request, ask for less
+SCALING_BOUND = 0.3     # data wait share above which the loader, not the GPU count, sets the pace
+STAGE_SLOW = 0.03       # staging above this share of the job: worth packing the dataset
 L40S_GB = GPUS["L40S"]["memory_gb"]
 
 
@@ -33,32 +35,52 @@ def _cores(n: int) -> str:
     return f"{n} core" if n == 1 else f"{n} cores"
 
 
+def _minutes(value: dict) -> str:
+    return "{" + ", ".join(f"{step}: {value[step]}" for step in ("stage", "train", "promote") if step in value) + "}"
+
+
+def _cpu(row: dict, wait: float | None, planned: dict | None) -> str:
+    cpu_eff, cpus = row["cpu_eff"], row["cpus"]
+    said = f"CPU efficiency {cpu_eff:.0%} of {_cores(cpus)}"
+    if wait is not None and wait > LOADER_BOUND:
+        return (f"{said}, yet {wait:.0%} of step time waits for data: raise data.workers so the cores you have "
+                "feed the GPUs")
+    said += f" (about {cpu_eff * cpus:.1f} busy)"
+    if planned:
+        return f"{said}: ask for cpus_per_rank: {planned['value']} ({planned['how']})"
+    used = max(1, math.ceil(round(cpu_eff * cpus * CPU_HEADROOM, 6)))
+    return f"{said}: ask for {_cores(used)} (--cpus-per-task={used} on one node)"
+
+
+def _memory(row: dict, planned: dict | None) -> str:
+    used = row["mem_used_mb"]
+    said = f"memory: peak {used:.0f} MB of {row['mem_alloc_mb']:.0f} MB ({row['mem_eff']:.0%})"
+    if planned:
+        return f"{said}: ask for mem_gb_per_node: {planned['value']:g} ({planned['how']})"
+    return f"{said}: --mem={math.ceil(used * MEM_HEADROOM / 1024)}G would do (peak x {MEM_HEADROOM})"
+
+
+def _time(row: dict, planned: dict | None) -> str:
+    said = f"time: used {row['elapsed_s'] / 60:.1f} of {row['timelimit_s'] / 60:.0f} min ({row['time_eff']:.0%})"
+    if planned:
+        return f"{said}: ask for time_min: {_minutes(planned['value'])} ({planned['how']}); shorter jobs start sooner"
+    minutes = math.ceil(row["elapsed_s"] * TIME_HEADROOM / 60)
+    return (f"{said}: ask for --time={format_duration(minutes * 60)} (x {TIME_HEADROOM}); shorter jobs start "
+            "sooner (backfill)")
+
+
 def _requests(row: dict, wait: float | None) -> list[str]:
-    """A finished job's cores, memory and time, where it used under half of what it asked for."""
-    tips = []
+    """A finished job's cores, memory and time, where it used under half of what it asked for: the next
+    plan's request where the row has one (a pipeline run), else the job's figures with the same headroom."""
+    planned = row.get("next_request") or {}
     cpu_eff, mem_eff, time_eff = _num(row, "cpu_eff"), _num(row, "mem_eff"), _num(row, "time_eff")
-    cpus, ranks = _num(row, "cpus"), _num(row, "world_size") or 1
-    if cpu_eff is not None and cpus and cpu_eff < LOW:
-        used = max(1, math.ceil(round(cpu_eff * cpus / 0.8, 6)))   # busy cores at 80 % load
-        if wait is not None and wait > 0.1:
-            tips.append(f"CPU efficiency {cpu_eff:.0%} of {_cores(cpus)}, yet {wait:.0%} of step time waits for "
-                        f"data: raise data.workers so the cores you have feed the GPUs")
-        else:
-            per_rank = max(1, math.ceil(used / ranks))
-            tips.append(f"CPU efficiency {cpu_eff:.0%} of {_cores(cpus)} (about {cpu_eff * cpus:.1f} busy): "
-                        f"ask for {_cores(used)} (--cpus-per-task={used} on one node; "
-                        f"cpus_per_rank: {per_rank})")
+    tips = []
+    if cpu_eff is not None and _num(row, "cpus") and cpu_eff < LOW:
+        tips.append(_cpu(row, wait, planned.get("cpus_per_rank")))
     if mem_eff is not None and mem_eff < LOW and _num(row, "mem_used_mb"):   # never --mem=0: all of a node
-        used = row["mem_used_mb"]
-        suggest = math.ceil(used * HEADROOM / 1024)
-        per_rank = f" (mem_gb_per_rank: {math.ceil(used * HEADROOM / ranks / 1024)})" if row.get("world_size") else ""
-        tips.append(f"memory: peak {used:.0f} MB of {row['mem_alloc_mb']:.0f} MB ({mem_eff:.0%}): "
-                    f"--mem={suggest}G would do (peak + 20 %){per_rank}")
+        tips.append(_memory(row, planned.get("mem_gb_per_node")))
     if time_eff is not None and time_eff < LOW:
-        minutes = math.ceil(row["elapsed_s"] * TIME_HEADROOM / 60)
-        where = " (time_min: stage, train and promote add up to it)" if row.get("world_size") else ""
-        tips.append(f"time: used {row['elapsed_s'] / 60:.1f} of {row['timelimit_s'] / 60:.0f} min ({time_eff:.0%}): "
-                    f"ask for --time={format_duration(minutes * 60)}{where}; shorter jobs start sooner (backfill)")
+        tips.append(_time(row, planned.get("time_min")))
     return tips
 
 
@@ -80,12 +102,11 @@ def advise(row: dict) -> list[str]:
     tips += resized
     if resized and row.get("world_size"):   # a pipeline run: one config line does all of it
         tips.append(f"to ask for what this run used, set resources: measured in runs.{row.get('run', '<run>')} "
-                    "(or in defaults): "
-                    "the next plan takes memory, cores and time from its measurements (airetrain plan --right-size "
-                    "shows them)" if not row.get("learned_from") else
+                    "(or in defaults): the next plan then asks for these (airetrain plan --right-size shows them)"
+                    if not row.get("learned_from") else
                     "its requests were already right-sized from history; they stand while its profile is the same")
     util = _num(row, "gpu_util")
-    if util is not None and util < LOW and wait is not None and wait > 0.1:
+    if util is not None and util < LOW and wait is not None and wait > LOADER_BOUND:
         tips.append(f"GPU busy {util:.0%} while {wait:.0%} of step time waits for data: more data.workers, "
                     "or stage the dataset to $TMP_SHARED")
     gpu_mem = _num(row, "gpu_mem_peak_mb")
@@ -101,7 +122,7 @@ def advise(row: dict) -> list[str]:
     if stage_frac is not None and stage_frac > STAGE_SLOW and row.get("stage_format") == "folder":
         tips.append(f"staging {row['stage_files']:,} files took {row['stage_s']:.0f} s, {stage_frac:.0%} of the job: "
                     f"pack this dataset into shards and stage those: {pack_command(row['stage_source'])}")
-    if wait is not None and wait > DATA_BOUND:
+    if wait is not None and wait > SCALING_BOUND:
         tips.append(f"more GPUs would not help: {wait:.0%} of step time is spent waiting for data")
     return tips
 

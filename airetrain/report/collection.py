@@ -13,7 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import sizing
 from ..fsutil import read_json
+from ..history import entry, of_profile
 from ..records import STOPPED, Plan, read_plan
 from ..run_log import hangs
 from .fold import Job, lookup, parse
@@ -172,7 +174,15 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
         if train.get("gpu_mem_peak_bytes"):
             row["gpu_mem_peak_mb"] = round(train["gpu_mem_peak_bytes"] / 2 ** 20, 1)
         row["memory_estimate"] = train.get("memory_estimate")
+        row["next_request"] = next_request(run_dir, plan, row) if plan else None
     return row
+
+
+def next_request(run_dir: Path, plan: Plan, row: dict) -> dict | None:
+    """What `resources: measured` makes the next plan of this run's profile ask for, once this job's
+    history line is recorded (the report rule records it): the request the advice quotes."""
+    lines = of_profile(plan.roots.scratch, plan, entry(run_dir, row))
+    return sizing.requests(lines, plan) if lines else None
 
 
 def _finished(rows: list[dict], checks: dict[str, str]) -> tuple[list[dict], list[str]]:

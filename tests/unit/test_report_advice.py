@@ -3,14 +3,14 @@ from airetrain.report.advice import advise
 
 
 def test_advice_carries_the_numbers_behind_it():
-    tips = advise({"job_state": "COMPLETED", "cpu_eff": 0.2, "cpus": 24, "world_size": 3, "data_wait_frac": 0.02,
+    """Any SLURM job (no plan): the job's own figures with right-sizing's headrooms (airetrain.sizing)."""
+    tips = advise({"job_state": "COMPLETED", "cpu_eff": 0.2, "cpus": 24, "data_wait_frac": 0.02,
                    "mem_eff": 0.1, "mem_used_mb": 20_000, "mem_alloc_mb": 200_000, "time_eff": 0.25,
                    "elapsed_s": 3600, "timelimit_s": 14_400})
     text = " | ".join(tips)
-    assert "CPU efficiency 20% of 24 cores" in text and "cpus_per_rank: 2" in text   # 4.8 busy -> 6 cores
-    assert "ask for 6 cores (--cpus-per-task=6 on one node" in text
-    assert "--mem=24G" in text and "mem_gb_per_rank: 8" in text   # 20000 MB x 1.2, over 3 ranks
-    assert "--time=01:30:00" in text        # 60 min x 1.5, in sbatch's syntax
+    assert "CPU efficiency 20% of 24 cores (about 4.8 busy): ask for 6 cores (--cpus-per-task=6 on one node" in text
+    assert "--mem=25G would do (peak x 1.25)" in text   # 20000 MB x 1.25 = 24.4 GB
+    assert "--time=01:18:00 (x 1.3)" in text        # 60 min x 1.3, in sbatch's syntax
     short = " | ".join(advise({"job_state": "COMPLETED", "cpu_eff": 0.1, "cpus": 4, "time_eff": 0.01,
                                "elapsed_s": 50, "timelimit_s": 6000}))
     assert "ask for 1 core (--cpus-per-task=1" in short and "--time=00:02:00" in short   # not "~1 cores", "1 min"
@@ -24,17 +24,38 @@ def test_advice_carries_the_numbers_behind_it():
     assert advise({"job_state": "COMPLETED", "cpu_eff": 0.9, "cpus": 4, "mem_eff": 0.8, "time_eff": 0.7}) == []
 
 
-def test_the_advice_names_the_config_line_that_applies_it():
-    from airetrain.report.advice import advise
+def test_the_advice_quotes_the_request_the_next_plan_makes(tmp_path):
+    """A pipeline run that used little of its request: the advice names resources: measured and quotes,
+    key by key, what the next plan with it asks for once the report has recorded this job."""
+    from airetrain.history import record
+    from airetrain.plan.planner import plan_all
+    from airetrain.report.collection import next_request
 
-    row = {"run": "a", "world_size": 2, "job_state": "COMPLETED", "mem_eff": 0.1, "mem_used_mb": 100.0,
-           "mem_alloc_mb": 1000.0, "time_eff": 0.1, "elapsed_s": 60.0, "timelimit_s": 600.0}
-    tips = advise(row)
-    assert "(time_min: stage, train and promote add up to it)" in tips[1]
-    assert tips[-1].startswith("to ask for what this run used, set resources: measured in runs.a (or in defaults)")
-    assert advise({**row, "learned_from": "job 1 of a"})[-1].startswith("its requests were already right-sized")
-    assert not any("resources: measured" in tip for tip in advise({**row, "world_size": None}))   # any SLURM job
-    assert advise({**row, "mem_eff": 0.9, "time_eff": 0.9}) == []   # nothing to change, nothing to apply
+    from conftest import ENV, finished_run
+
+    results, scratch = tmp_path / "results", tmp_path / "scratch"
+    asked = {"processes": 2, "cpus_per_rank": 4, "time_min": {"stage": 10, "train": 60, "promote": 10},
+             "train": {"epochs": 10}}
+    finished_run(results, scratch, "a", asked, "4242")
+    (results / "a" / "benchmarks" / "train.tsv").write_text("s\th:m:s\tmax_rss\n140.0\t0:02:20\t900\n")
+    row = {"run": "a", "world_size": 2, "job_state": "COMPLETED", "source": "sacct", "cpus": 8, "cpu_eff": 0.2,
+           "mem_used_mb": 900.0, "mem_alloc_mb": 4096.0, "mem_eff": 0.22, "elapsed_s": 240.0,
+           "timelimit_s": 4800.0, "time_eff": 0.05, "stage_s": 30.0}
+    text = " | ".join(advise({**row, "next_request": next_request(results / "a", plan_all(
+        {"roots": {"scratch": str(scratch)}, "runs": {"a": asked}}, env=ENV)["a"], row)}))
+
+    record(results, [row])   # what the report rule does after the advice
+    nxt = plan_all({"roots": {"scratch": str(scratch)}, "runs": {"a": {**asked, "resources": "measured"}}},
+                   env=ENV)["a"]
+    sized = nxt.right_sized
+    assert f"ask for cpus_per_rank: {nxt.cpus_per_rank} ({sized['cpus_per_rank']['how']})" in text
+    assert f"ask for mem_gb_per_node: {nxt.mem_gb_per_node:g} ({sized['mem_gb_per_node']['how']})" in text
+    t = nxt.time_min
+    assert f"ask for time_min: {{stage: {t.stage}, train: {t.train}, promote: {t.promote}}} " \
+           f"({sized['time_min']['how']})" in text
+    assert nxt.cpus_per_rank != 4 and nxt.mem_gb_per_node != 4 and t.total != 80   # each differs from the request
+    assert "set resources: measured in runs.a (or in defaults): the next plan then asks for these" in text
+    assert "its requests were already right-sized" in advise({**row, "learned_from": "job 1 of a"})[-1]
 
 
 def test_a_job_without_a_memory_figure_is_told_so_never_given_a_size():
