@@ -8,10 +8,12 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .fsutil import NoSpaceError
+from .resolve import resolve_plan
 
 
 def _load_config(configfiles: list[str], right_size: bool = False) -> dict:
-    from .plan.config import deep_merge, load_yaml
+    from .plan.config import load_yaml
+    from .schema import deep_merge
 
     config: dict = {}
     for path in configfiles:
@@ -21,29 +23,6 @@ def _load_config(configfiles: list[str], right_size: bool = False) -> dict:
     if right_size:   # every run, also one that says resources: requested
         config = deep_merge(config, {"runs": {name: {"resources": "measured"} for name in config.get("runs") or {}}})
     return config
-
-
-def resolve_plan(plan):
-    """The plan as plan.json holds it: a dataset folder's files counted against the fast root's quota,
-    the durable root's room for its checkpoints checked, the user's code tried once (train/preflight.py: it fails here,
-    not after the wait in the queue), and strategy: auto decided from the memory estimate, which the
-    torch side makes (building the run's model on the meta device) where the decision needs it."""
-    from .plan.strategy import decide, needs_estimate
-    from .quota import durable_room, walked
-    from .train.preflight import check, check_evaluation, needs_check
-
-    plan = walked(plan)   # a dataset folder without an index or files.json: counted here, once
-    if needs_check(plan):
-        check(plan)
-    if plan.evaluates:
-        check_evaluation(plan)
-    memory = None
-    if needs_estimate(plan):
-        from .train.estimate import for_plan
-        memory = for_plan(plan)
-    plan = decide(plan, memory)
-    durable_room(plan)   # keep + 1 checkpoints of the size estimated, or of the run's last one
-    return plan
 
 
 def _load_plans(configfiles: list[str], right_size: bool = False) -> dict:
@@ -203,7 +182,7 @@ def _status(args) -> None:
 
 
 def _report(args) -> None:
-    from .report.render import markdown, to_markdown, write
+    from .report.render import efficiency_markdown, to_markdown, write_efficiency
     from .report.collection import frame, jobs_rows, table
 
     if args.jobs or args.since:
@@ -215,7 +194,7 @@ def _report(args) -> None:
                 raise ConfigError(f"--jobs: {job!r} is not a SLURM job id (digits, or 123_4 for an array task)")
         rows, columns = jobs_rows(jobs, args.since)
         if not args.out:   # printed only: no pandas to import
-            print(markdown(rows, columns).split("\n\nColumns")[0])
+            print(efficiency_markdown(rows, columns).split("\n\nColumns")[0])
             return
         df, results = frame(rows, columns), None
     elif args.runs:
@@ -233,10 +212,10 @@ def _report(args) -> None:
         raise ConfigError("name the runs (results/<run>), or give --jobs ID,ID or --since DATE")
     print(to_markdown(df).split("\n\nColumns")[0])
     if args.out:
-        paths = write(df, args.out, results)
+        paths = write_efficiency(df, args.out, results)
         if args.runs:   # what the experiment found: a row per group of seeds
-            from .report import results as findings
-            paths.update(findings.write(Path(args.results), args.runs, Path(args.out), df))
+            from .report.results_render import write_results
+            paths.update(write_results(Path(args.results), args.runs, Path(args.out), df))
         print(f"wrote {', '.join(str(p) for p in paths.values())}")
 
 
@@ -249,7 +228,7 @@ def _restart(args) -> None:
 
 
 def _compare(args) -> None:
-    from .report.results import compare, format_compare
+    from .report.compare import compare, format_compare
 
     found = compare(Path(args.results), args.names)
     print(__import__("json").dumps(found, indent=1, default=str) if args.json else format_compare(found))

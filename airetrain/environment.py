@@ -26,13 +26,14 @@ def with_user_settings(plan_env: dict, user_env) -> dict:
 
 
 def job_env(run: RunConfig, nodes: int, cpus_per_rank: int, device: str, run_dir: str) -> dict:
-    """Environment every rank gets: what Aire's guidance asks of multi-GPU jobs (README, "On Aire"), and
+    """Environment every rank gets: what Aire's guidance asks of multi-GPU jobs (docs/aire.md), and
     on GPUs NCCL's flight recorder, which the hang watchdog dumps (and NCCL itself on a timeout)."""
     env = {
         "OMP_NUM_THREADS": str(cpus_per_rank),
         "MKL_NUM_THREADS": str(cpus_per_rank),
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-        # without it torchrun's restarted workers reconnect to the dead worker's store (README, "Dead workers")
+        # without it torchrun's restarted workers reconnect to the dead worker's store
+        # (docs/checkpoints.md, "Dead workers")
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
     }
     if device == "cpu":

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from .fsutil import write_bytes_atomic
 from .records import STOPPED, StopRecord, write_record
-from .train.stopping import Stopper
+from .train.deadline import Stopper
 
 _stopper: Stopper | None = None
 _last_saved: Path | None = None

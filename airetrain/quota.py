@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .fsutil import nearest_existing, read_json
-from .layouts import DATASET_FILES
+from .dataset_trees import DATASET_FILES
 from .shards import INDEX, MEMBERS, WIDS, shard_index
 from .text import human_bytes
 

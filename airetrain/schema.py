@@ -142,3 +142,14 @@ def run_defaults() -> dict:
     """A complete run, every key at its default."""
     schema = _schema()
     return defaults_from_schema(schema["$defs"]["run"], schema)
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """base with override's keys merged in, at every depth (a run's overrides onto the defaults)."""
+    out = copy.deepcopy(base)
+    for key, value in (override or {}).items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out

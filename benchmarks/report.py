@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from airetrain.report.fold import parse  # noqa: E402
+from airetrain.report.jobs import parse  # noqa: E402
 from airetrain.report.query import query  # noqa: E402
 from airetrain.report.collection import jobs_table  # noqa: E402
 from sacct_synthetic import synthetic as synthetic_sacct  # noqa: E402

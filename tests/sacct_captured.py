@@ -2,7 +2,7 @@
 tests/fixtures/README.md describes each job), and its rows by job."""
 from pathlib import Path
 
-from airetrain.report.fold import FIELDS
+from airetrain.report.jobs import FIELDS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURED = (FIXTURES / "sacct_jobs.txt").read_text()

@@ -35,7 +35,7 @@ from .promote import promote
 from ..records import Plan
 from ..fingerprints import fingerprint
 from ..roots import run_dir
-from .policy import Position, SavePolicy
+from ..schedule import Position, SavePolicy
 
 log = logging.getLogger("airetrain.checkpoint.manager")
 

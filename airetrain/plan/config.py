@@ -1,12 +1,11 @@
-"""Load, validate and resolve the configuration: defaults + per-run overrides.
+"""Load, validate and resolve the configuration: defaults + per-run overrides, each run's sweep
+expanded (sweep.py), evaluation runs and init_from edges checked.
 
 Validation errors name the offending key, where it is, and what is allowed, because
 jsonschema's own messages ("Additional properties are not allowed") do not.
 """
 from __future__ import annotations
 
-import copy
-import json
 import re
 from pathlib import Path
 
@@ -15,8 +14,9 @@ import yaml
 
 from ..errors import ConfigError
 from ..run_config import RunConfig, Settings
-from ..schema import complete, defaults_from_schema, load_schema, numbers, resolve_ref as _resolve_ref
+from ..schema import complete, deep_merge, defaults_from_schema, load_schema, numbers, resolve_ref as _resolve_ref
 from ..text import did_you_mean
+from . import sweep
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 SLURM_NAME = SAFE_NAME   # accounts and QoS, also where they come from the environment ($SBATCH_ACCOUNT)
@@ -99,47 +99,19 @@ def validate(config: dict, schema: dict | None = None) -> None:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(lines))
 
 
-def deep_merge(base: dict, override: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in (override or {}).items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def run_key_schema(schema: dict, dotted: str) -> dict | None:
-    """The schema of a dotted run key (optim.lr), or None: no such key."""
-    node = _resolve_ref(schema["$defs"]["run"], schema)
-    for part in dotted.split("."):
-        if part not in node.get("properties", {}):
-            return None
-        node = _resolve_ref(node["properties"][part], schema)
-    return node
-
-
-def run_keys(schema: dict) -> list[str]:
-    """Every dotted run key (optim, optim.lr, ...): what run_key_schema finds."""
-    def walk(node: dict, prefix: str) -> list[str]:
-        properties = _resolve_ref(node, schema).get("properties", {})
-        return [k for key, sub in properties.items() for k in (prefix + key, *walk(sub, f"{prefix}{key}."))]
-    return walk(schema["$defs"]["run"], "")
-
-
 def resolve(config: dict) -> tuple[Settings, dict[str, RunConfig]]:
     """Validate, expand the sweeps, and return (the settings every run shares, {run name: its config}),
     as typed records made from the complete config."""
     schema = load_schema()
-    config, own = _own_sweeps(config)
-    config, seeds = _seeds(config)
+    config, own = sweep.own_grids(config)
+    config, seeds = sweep.seed_grids(config)
     config = numbers(config, schema)   # lr: 1e-4, which YAML 1.1 reads as a string
     validate(config, schema)
-    grid = _grid(config.get("sweep") or {}, schema)
-    grids = {name: {**grid, **_grid(own.get(name, {}), schema, f"runs.{name}.sweep"),
-                    **_grid(seeds[name], schema, f"runs.{name}.seeds")}
+    grid = sweep.grid(config.get("sweep") or {}, schema)
+    grids = {name: {**grid, **sweep.grid(own.get(name, {}), schema, f"runs.{name}.sweep"),
+                    **sweep.grid(seeds[name], schema, f"runs.{name}.seeds")}
              for name in config["runs"]}
-    expanded = {**config, "runs": _expanded(config["runs"], grids)}
+    expanded = {**config, "runs": sweep.expanded(config["runs"], grids)}
     if any(grids.values()):
         validate(expanded, schema)  # the grid's values, checked where they land
     top = deep_merge(defaults_from_schema(schema), {k: v for k, v in expanded.items() if k not in ("runs", "sweep")})
@@ -152,80 +124,6 @@ def resolve(config: dict) -> tuple[Settings, dict[str, RunConfig]]:
     runs = evaluation_runs(runs)
     check_init_from(runs)
     return Settings.from_dict({"roots": top["roots"], "site": top["site"]}), runs
-
-
-def _own_sweeps(config: dict) -> tuple[dict, dict]:
-    """(the config without the runs' own `sweep:` keys, {run: its grid}): a run may carry a grid
-    that expands it alone, beside the top-level one that expands every run."""
-    runs = config.get("runs")
-    if not isinstance(runs, dict):
-        return config, {}
-    own = {name: run["sweep"] for name, run in runs.items() if isinstance(run, dict) and "sweep" in run}
-    if not own:
-        return config, {}
-    return {**config, "runs": {name: ({k: v for k, v in run.items() if k != "sweep"} if name in own else run)
-                               for name, run in runs.items()}}, own
-
-
-def _seeds(config: dict) -> tuple[dict, dict]:
-    """(the config without `seeds:` keys, {run: its train.seed grid}): `seeds: [0, 1, 2]` on
-    `defaults:` or on a run repeats each run once per seed, named as a sweep over train.seed names it
-    (<run>-seed0), after every other sweep key."""
-    runs, defaults = config.get("runs"), config.get("defaults")
-    if not isinstance(runs, dict):
-        return config, {}
-    common = defaults.get("seeds") if isinstance(defaults, dict) else None
-    seeds = {name: run.get("seeds", common) if isinstance(run, dict) else common for name, run in runs.items()}
-    for where, value in [("defaults.seeds", common), *((f"runs.{n}.seeds", s) for n, s in seeds.items())]:
-        if value is not None and not (isinstance(value, list) and value):
-            raise ConfigError(f"{where} must be a list of seeds, e.g. [0, 1, 2]")
-    if common is None and all(s is None for s in seeds.values()):
-        return config, {name: {} for name in runs}
-    stripped = {**config, "runs": {n: ({k: v for k, v in r.items() if k != "seeds"} if isinstance(r, dict) else r)
-                                   for n, r in runs.items()}}
-    if isinstance(defaults, dict):
-        stripped["defaults"] = {k: v for k, v in defaults.items() if k != "seeds"}
-    return stripped, {name: {"train.seed": s} if s is not None else {} for name, s in seeds.items()}
-
-
-def groups(runs: dict[str, RunConfig]) -> dict[str, str]:
-    """{run: its group}: the runs whose configs are equal but for train.seed form one group, named as
-    the run without its seed part (base-lr1e-3-seed2 -> base-lr1e-3). Where that name would join
-    runs of different configs, each keeps its own name."""
-    def key(run: RunConfig) -> str:
-        config = run.to_dict()
-        config["train"] = {k: v for k, v in config["train"].items() if k != "seed"}
-        return json.dumps(config, sort_keys=True)
-
-    named = {name: re.sub(r"-seed\d+(?=-|$)", "", name) for name in runs}
-    configs: dict[str, set] = {}
-    for name, group in named.items():
-        configs.setdefault(group, set()).add(key(runs[name]))
-    return {name: group if len(configs[group]) == 1 else name for name, group in named.items()}
-
-
-def _grid(grid, schema: dict, where: str = "sweep") -> dict:
-    """A sweep grid checked (known dotted keys, a list of values each) and its numbers read."""
-    from . import sweep
-
-    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
-        raise ConfigError(f"{where} must map dotted run keys to lists of values, e.g. {{optim.lr: [1e-3, 3e-4]}}")
-    sweep.check_keys(grid, run_keys(schema), where)
-    return {key: numbers(values, {"type": "array", "items": run_key_schema(schema, key)}, schema)
-            for key, values in grid.items()}   # a run's name shows the number, as written in any form
-
-
-def _expanded(runs: dict, grids: dict[str, dict]) -> dict:
-    """Every run expanded by its grid; two runs that expand to one name are refused."""
-    from . import sweep
-
-    out: dict = {}
-    for name, overrides in runs.items():
-        for new, merged in sweep.expand({name: overrides}, grids[name], deep_merge).items():
-            if new in out:
-                raise ConfigError(f"sweep: two runs expand to {new!r}; rename one of them")
-            out[new] = merged
-    return out
 
 
 def starts_from(run: RunConfig) -> str | None:

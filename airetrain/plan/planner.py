@@ -22,7 +22,7 @@ from ..quota import dataset_size
 from ..records import Minutes, Plan, PlanRoots, RecordError, read_record
 from ..roots import Root, durable_root, run_dir
 from ..run_config import RunConfig, Settings
-from . import config as cfg, layout, refusals
+from . import config as cfg, layout, refusals, sweep
 from .request import slurm_request, torchrun_args
 from .rightsize import measured_requests
 
@@ -159,7 +159,7 @@ def plan_all(config: dict, env=None, scratch: Root | None = None,
             problems.append(str(e))
     if problems:
         raise ConfigError("\n".join(problems))
-    groups = cfg.groups(runs)
+    groups = sweep.groups(runs)
     plans = {name: plan.replace(group=groups[name], evaluates=_evaluates(plan, plans)) for name, plan in plans.items()}
     for warning in [w for p in plans.values() for w in p.warnings] + plan_warnings(plans, settings):
         log.warning(warning)

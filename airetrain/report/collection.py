@@ -18,7 +18,7 @@ from ..fsutil import read_json
 from ..history import entry, of_profile
 from ..records import STOPPED, Plan, read_plan
 from ..run_log import hangs
-from .fold import Job, lookup, parse
+from .jobs import Job, lookup, parse
 from .query import UNAVAILABLE, AccountingUnavailable, query
 from .seff import seff_check
 from .advice import advise, learned

@@ -1,10 +1,10 @@
-"""The query: ONE `sacct` call for the accounting records of many jobs (report/fold.py folds them)."""
+"""The query: ONE `sacct` call for the accounting records of many jobs (report/jobs.py folds them)."""
 from __future__ import annotations
 
 import shutil
 import subprocess
 
-from .fold import FIELDS, Job, parse
+from .jobs import FIELDS, Job, parse
 
 
 def command(job_ids: list[str] | None = None, since: str | None = None) -> list[str]:

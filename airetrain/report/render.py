@@ -25,10 +25,10 @@ SHOWN = ["run", "evaluates", "state", "job_id", "job_state", "elapsed_s", "time_
 
 
 def to_markdown(df: pd.DataFrame) -> str:
-    return markdown(df.to_dict("records"), list(df.columns))
+    return efficiency_markdown(df.to_dict("records"), list(df.columns))
 
 
-def markdown(rows: list[dict], columns: list[str]) -> str:
+def efficiency_markdown(rows: list[dict], columns: list[str]) -> str:
     """The key columns that have a value in some row, the advice, and what each column means."""
     at = SHOWN.index("eval_<metric>")
     metrics = [c for c in columns if c.startswith("eval_") and c not in SHOWN]
@@ -54,7 +54,7 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def write(df: pd.DataFrame, out_dir: str | Path, results: str | Path | None = None) -> dict[str, Path]:
+def write_efficiency(df: pd.DataFrame, out_dir: str | Path, results: str | Path | None = None) -> dict[str, Path]:
     """efficiency.csv, efficiency.md, efficiency.html and the plots as PNG files."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

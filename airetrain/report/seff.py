@@ -1,11 +1,11 @@
-"""seff, where a site installs it: its printed figures, to show any disagreement with ours (report/fold.py)."""
+"""seff, where a site installs it: its printed figures, to show any disagreement with ours (report/jobs.py)."""
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
 
-from .fold import Job
+from .jobs import Job
 
 SEFF_LINES = {"cpu_eff": r"CPU Efficiency:\s+([\d.]+)%", "mem_eff": r"Memory Efficiency:\s+([\d.]+)%"}
 

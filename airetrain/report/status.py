@@ -23,7 +23,7 @@ from ..text import clock
 from ..capture import changed
 from ..records import STOPPED, Plan, read_plan
 from ..run_log import LOCK, hangs, sessions
-from .fold import lookup
+from .jobs import lookup
 from .query import UNAVAILABLE, AccountingUnavailable, query
 
 SQUEUE_FORMAT = "%i|%T|%r|%S|%k"

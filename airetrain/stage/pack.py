@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from ..fsutil import HashingWriter, fsync_dir, read_json, write_bytes_atomic, write_json_atomic
-from ..layouts import listing_digest, scan
+from ..dataset_trees import listing_digest, scan
 from ..shards import FORMAT, INDEX, MEMBER_COLUMNS, MEMBERS, WIDS, WORK, sample_key, shard_name
 from ..text import clock, human_bytes
 from .transfer import StageError, default_threads

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..catalog import DATASETS
 from ..fsutil import fsync_dir, sha256_file, write_json_atomic
-from ..layouts import DATASET_FILES
+from ..dataset_trees import DATASET_FILES
 
 
 def write_shards(out: Path, split: str, x: np.ndarray, y: np.ndarray, shard_size: int) -> None:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..fsutil import read_json, sha256_file, write_json_atomic
-from ..layouts import DATASET_FILES, STAGE_RECORD, listing_digest, scan
+from ..dataset_trees import DATASET_FILES, STAGE_RECORD, listing_digest, scan
 from ..shards import WORK
 
 

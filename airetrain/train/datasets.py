@@ -14,8 +14,9 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from ..catalog import DATASETS
-from ..layouts import image_folder_classes
+from ..dataset_trees import image_folder_classes
 from ..run_config import Data
+from .user_code import import_callable
 
 
 def dataset_meta(data: Data, dataset_path: str | Path | None) -> dict | None:
@@ -128,7 +129,6 @@ def draws_random_numbers(data: Data) -> bool:
 def validation_set(data: Data, root: str | None) -> Dataset | None:
     """The validation split, where the dataset has one: val/ of an npy or shard layout, or what a user
     dataset's builder returns for "validation" (None: it has none)."""
-    from .models import import_callable
 
     if data.user:
         return import_callable(data.name)("validation", root)
@@ -146,7 +146,6 @@ def build_datasets(data: Data, root: str | None) -> tuple[Dataset, Dataset | Non
     split (the builder returns None for "test", or the shards have no test/): the run trains
     without evaluation.
     """
-    from .models import import_callable
 
     name = data.name
     if name == "synthetic":

@@ -7,7 +7,7 @@ import math
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from ..checkpoint.policy import EvalPolicy
+from ..schedule import EvalPolicy
 from . import batches, efficiency
 from .parallel import process_group as distributed
 from .step import autocast

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..layouts import scan
+from ..dataset_trees import scan
 from ..shards import read_members, sample_key, shard_index
 
 MAX_OPEN = 128   # shard file handles per process (a per-process limit of 1,024 is common)

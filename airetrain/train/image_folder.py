@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from ..layouts import IMAGE_SUFFIXES, image_folder_splits
+from ..dataset_trees import IMAGE_SUFFIXES, image_folder_splits
 from ..run_config import Data
 from .files import DatasetFiles
 

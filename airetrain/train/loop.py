@@ -32,7 +32,7 @@ from .parallel.wrap import Parallel
 from .progress import Progress
 from .session import Session
 from .step import train_step
-from .stopping import Stopper
+from .deadline import Stopper
 
 log = logging.getLogger("airetrain.train")
 

@@ -6,14 +6,13 @@ a model without them (nn.Sequential) is sharded child by child.
 """
 from __future__ import annotations
 
-import importlib
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..builtin_models import MODELS
 from ..run_config import Model
+from .user_code import import_callable
 
 
 def small_cnn(meta: dict, cfg: Model) -> nn.Module:
@@ -165,22 +164,6 @@ class UNet(nn.Module):
 def builder(name: str):
     """The builder of a built-in model (airetrain.builtin_models names it)."""
     return globals()[MODELS[name].builder]
-
-
-def import_callable(path: str):
-    """'package.module:function' -> the function (imported from the working directory too)."""
-    import sys
-    from pathlib import Path
-
-    import os
-
-    module, _, attr = path.partition(":")
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    captured = os.environ.get("AIRETRAIN_CODE")   # the run's captured code comes before the working tree
-    if captured and sys.path[0] != captured:
-        sys.path.insert(0, captured)
-    return getattr(importlib.import_module(module), attr)
 
 
 def build_model(cfg: Model | dict, meta: dict) -> nn.Module:

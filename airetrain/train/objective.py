@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from ..builtin_models import default_loss
 from ..run_config import Model, Train
 from . import batches
-from .models import import_callable
+from .user_code import import_callable
 
 
 def _default_forward(model, batch):

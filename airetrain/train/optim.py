@@ -6,6 +6,7 @@ import math
 import torch
 
 from ..run_config import Optim
+from .user_code import import_callable
 
 
 def fused_default(device_type: str) -> bool | None:
@@ -35,7 +36,6 @@ def make_optimizer(optim: Optim, model: torch.nn.Module, device_type: str = "cpu
     """The built-in optimizer (adamw, sgd), or the user's: optim.name 'pkg.mod:fn', called as
     fn(model, optim_config) with the optim section as a plain dict, returning a torch Optimizer."""
     if user_code(optim.name):
-        from .models import import_callable
 
         optimizer = import_callable(optim.name)(model, optim.to_dict())
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -74,7 +74,6 @@ def make_scheduler(optim: Optim, optimizer, total_steps: int) -> torch.optim.lr_
     # user's schedule resumes exactly where it is a function of its arguments alone
     schedule, config = optim.schedule, optim.to_dict()
     if user_code(schedule):
-        from .models import import_callable
         schedule = import_callable(schedule)
 
     def factor(step: int) -> float:

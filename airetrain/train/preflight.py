@@ -19,6 +19,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..records import Plan
 from ..run_config import RunConfig
+from .user_code import import_callable
 
 
 class UserCodeError(ConfigError):
@@ -68,7 +69,7 @@ def check(plan: Plan) -> list[str]:
     code = named_code(run)
     if not code:
         return tried
-    from .models import build_model, import_callable
+    from .models import build_model
 
     for key, path in code.items():
         try:

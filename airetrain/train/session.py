@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..checkpoint.policy import Position
+from ..schedule import Position
 from ..records import Plan, StageRecord
 from . import efficiency
 from .batches import first_batch

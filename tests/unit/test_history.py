@@ -41,7 +41,7 @@ def test_a_changed_profile_has_another_id():
 
 
 def test_the_report_puts_a_right_sized_run_next_to_the_job_it_learned_from(tmp_path):
-    from airetrain.report.render import markdown
+    from airetrain.report.render import efficiency_markdown
     from airetrain.report.collection import run_row
 
     results, scratch = tmp_path / "results", tmp_path / "scratch"
@@ -61,5 +61,5 @@ def test_the_report_puts_a_right_sized_run_next_to_the_job_it_learned_from(tmp_p
     # a asked for 4 GB and 80 min and used 800 MB and 4 min; b asked for 1 GB (the floor)
     assert text == (f"used MemEff 62.0% of 1.00 GB, TimeEff 31.0% of {sized.time_min.total} min; "
                     "learned from job 4242 of a: MemEff 19.5% of 4.00 GB, TimeEff 5.0% of 80 min")
-    shown = markdown([{**row, "right_sizing": text}], ["run", "right_sizing"])
+    shown = efficiency_markdown([{**row, "right_sizing": text}], ["run", "right_sizing"])
     assert f"Right-sized runs (resources: measured):\n- **b**: {text}" in shown

@@ -9,7 +9,7 @@ from torch import nn
 
 from airetrain.checkpoint import store
 from airetrain.checkpoint.manager import Checkpointer, cpu_copy, rng_state, set_rng_state
-from airetrain.checkpoint.policy import Position
+from airetrain.schedule import Position
 from airetrain.train.parallel.process_group import Dist
 from airetrain.train.parallel.wrap import Parallel
 

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from airetrain.cli import resolve_plan
+from airetrain.resolve import resolve_plan
 from airetrain.plan.planner import plan_all
 from airetrain.train.preflight import UserCodeError, needs_check
 from conftest import ENV

@@ -60,7 +60,7 @@ def test_the_advice_quotes_the_request_the_next_plan_makes(tmp_path):
 
 def test_a_job_without_a_memory_figure_is_told_so_never_given_a_size():
     from airetrain.report.collection import job_row
-    from airetrain.report.fold import FIELDS, parse
+    from airetrain.report.jobs import FIELDS, parse
 
     fields = {f: "" for f in FIELDS}
     row = {**fields, "JobID": "5", "JobIDRaw": "5", "JobName": "quiet", "State": "COMPLETED", "Elapsed": "00:10:00",

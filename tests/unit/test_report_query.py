@@ -1,5 +1,5 @@
 """report/query.py: one sacct call for every job asked about, and no answer (not a crash) without sacct."""
-from airetrain.report.fold import FIELDS
+from airetrain.report.jobs import FIELDS
 from airetrain.report.query import command, query
 
 

@@ -6,14 +6,14 @@ import re
 import pandas as pd
 
 from airetrain.report.collection import jobs_table
-from airetrain.report.render import to_markdown, write
+from airetrain.report.render import to_markdown, write_efficiency
 
 from sacct_captured import CAPTURED, IDS
 
 
 def test_report_files_csv_markdown_and_html_with_its_plots(tmp_path):
     df = jobs_table(list(IDS.values()), text=CAPTURED)
-    paths = write(df, tmp_path)
+    paths = write_efficiency(df, tmp_path)
     assert set(paths) >= {"csv", "md", "html", "efficiency_png", "throughput_png", "loss_png"}
     page = paths["html"].read_text()
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
@@ -55,7 +55,7 @@ def test_ten_slurm_jobs_page_fits_1280_px_in_chromium(tmp_path):
     from browser import measure, screenshot
 
     df = jobs_table(list(IDS.values()), text=CAPTURED)
-    page = write(df, tmp_path)["html"]
+    page = write_efficiency(df, tmp_path)["html"]
     seen = measure(page, tmp_path)
     assert seen["rows"] == len(df) == 10 and seen["table_right"] <= 1280 and seen["page_width"] <= 1280, seen
     assert seen["images"] == seen["loaded"] == 3

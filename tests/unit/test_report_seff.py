@@ -1,5 +1,5 @@
 """report/seff.py: seff's printed figures, parsed, and any disagreement with ours named."""
-from airetrain.report.fold import parse
+from airetrain.report.jobs import parse
 from airetrain.report.seff import parse_seff, seff_disagreement
 
 from sacct_captured import CAPTURED, IDS

@@ -7,7 +7,7 @@ import pytest
 
 from airetrain.errors import ConfigError
 from airetrain.plan.planner import plan_all
-from airetrain.report import results
+from airetrain.report import compare, results, results_render
 from airetrain.typed import to_dict
 
 from conftest import ENV
@@ -49,37 +49,37 @@ def test_groups_mean_sd_and_t_interval_over_finished_seeds_and_what_differs(tmp_
     assert a["eval_accuracy"] == pytest.approx(0.93) and a["best_epoch"] == 2 and a["time_to_best_s"] == 9.5
     assert b["eval_loss"] == 0.50 and b["eval_loss_sd"] is None   # one run: no spread, never the unfinished
     assert a["differs"] == "optim.lr=0.001" and b["differs"] == "optim.lr=0.0003"
-    text = results.markdown(list(groups.values()), rows)
+    text = results_render.results_markdown(list(groups.values()), rows)
     assert f"| base-lr1e-3 | 3/3 | {a['eval_loss']:.4g} ± {sd:.2g} (95 % CI " in text
     assert "| base-lr3e-4 | 1/3 | 0.5 (n = 1) |" in text
-    paths = results.write(tmp_path, runs, tmp_path / "report")
+    paths = results_render.write_results(tmp_path, runs, tmp_path / "report")
     assert paths["results_eval_loss_png"].stat().st_size > 1000 and "results.csv" in str(paths["results_csv"])
 
 
 def test_compare_names_the_differing_key_and_refuses_an_unknown_name(tmp_path):
     experiment(tmp_path, {"base-lr1e-3-seed0": (0.3, 0.9), "base-lr3e-4-seed0": (0.5, 0.8)})
-    found = results.compare(tmp_path, ["base-lr1e-3-seed0", "base-lr3e-4-seed0"])
+    found = compare.compare(tmp_path, ["base-lr1e-3-seed0", "base-lr3e-4-seed0"])
     assert found["differs"] == {"optim.lr": {"base-lr1e-3-seed0": 0.001, "base-lr3e-4-seed0": 0.0003}}
     assert found["figures"]["base-lr3e-4-seed0"]["eval_loss"] == 0.5
-    assert "optim.lr" in results.format_compare(found)
-    groups = results.compare(tmp_path, ["base-lr1e-3", "base-lr3e-4"])
+    assert "optim.lr" in compare.format_compare(found)
+    groups = compare.compare(tmp_path, ["base-lr1e-3", "base-lr3e-4"])
     assert list(groups["differs"]) == ["optim.lr"] and groups["figures"]["base-lr1e-3"]["eval_loss"] == 0.3
-    seeds = results.compare(tmp_path, ["base-lr1e-3-seed0", "base-lr1e-3-seed1"])
+    seeds = compare.compare(tmp_path, ["base-lr1e-3-seed0", "base-lr1e-3-seed1"])
     assert list(seeds["differs"]) == ["train.seed"]
     with pytest.raises(ConfigError, match=r"compare: unknown run or group 'nope'; runs: base-lr1e-3-seed0, "):
-        results.compare(tmp_path, ["nope"])
+        compare.compare(tmp_path, ["nope"])
     with pytest.raises(ConfigError, match=r"group 'base-lr1e-3-sed0' \(did you mean 'base-lr1e-3-seed0'\?\)"):
-        results.compare(tmp_path, ["base-lr1e-3-sed0"])
+        compare.compare(tmp_path, ["base-lr1e-3-sed0"])
 
 
 def test_seeds_repeat_a_run_once_per_seed_after_the_sweep_and_a_run_may_choose_its_own():
-    from airetrain.plan import config
+    from airetrain.plan import config, sweep
 
     _, runs = config.resolve({"defaults": {"seeds": [0, 1]}, "sweep": {"optim.lr": [1e-3]},
                               "runs": {"a": {}, "b": {"seeds": [7]}}})
     assert sorted(runs) == ["a-lr1e-3-seed0", "a-lr1e-3-seed1", "b-lr1e-3-seed7"]
     assert runs["b-lr1e-3-seed7"].train.seed == 7
-    assert config.groups(runs) == {"a-lr1e-3-seed0": "a-lr1e-3", "a-lr1e-3-seed1": "a-lr1e-3",
+    assert sweep.groups(runs) == {"a-lr1e-3-seed0": "a-lr1e-3", "a-lr1e-3-seed1": "a-lr1e-3",
                                    "b-lr1e-3-seed7": "b-lr1e-3"}
     with pytest.raises(ConfigError, match=r"runs.a.seeds must be a list of seeds, e.g. \[0, 1, 2\]"):
         config.resolve({"runs": {"a": {"seeds": 3}}})

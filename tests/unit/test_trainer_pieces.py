@@ -11,7 +11,7 @@ from torch.utils.data import TensorDataset
 
 from airetrain import records
 from airetrain.checkpoint.background import WritePath
-from airetrain.checkpoint.policy import Position
+from airetrain.schedule import Position
 from airetrain.train.parallel.process_group import Dist
 from airetrain.train.evaluate import evaluate
 from airetrain.train.objective import Objective

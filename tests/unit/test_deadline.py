@@ -1,4 +1,4 @@
-"""train/stopping.py: every rank stops together, at the deadline or on SIGTERM (rank 0 of 1 here)."""
+"""train/deadline.py: every rank stops together, at the deadline or on SIGTERM (rank 0 of 1 here)."""
 import os
 import signal
 import time
@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from airetrain.train.stopping import Stopper
+from airetrain.train.deadline import Stopper
 
 CPU = torch.device("cpu")
 

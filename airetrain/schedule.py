@@ -1,9 +1,12 @@
-"""When to save, when to evaluate, and where a resumed run continues: decisions only, no files, no torch."""
+"""The training's schedule: when to save, when to evaluate, and where a resumed run continues.
+
+Decisions only, no files, no torch: the checkpointer (saves) and the trainer (evaluations) read them.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..run_config import RunConfig
+from .run_config import RunConfig
 
 
 def scheduled(step: int, epoch: int, epoch_end: bool, every_steps: int | None, every_epochs: int,

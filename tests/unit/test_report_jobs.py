@@ -1,4 +1,4 @@
-"""report/fold.py: sacct's rows folded into one Job per id, as seff computes the figures.
+"""report/jobs.py: sacct's rows folded into one Job per id, as seff computes the figures.
 
 tests/fixtures/sacct_jobs.txt is one sacct call's output for jobs of known behaviour, captured on
 the SLURM test cluster with tests/slurm/jobs.py (tests/fixtures/README.md describes each job).
@@ -6,7 +6,7 @@ the SLURM test cluster with tests/slurm/jobs.py (tests/fixtures/README.md descri
 import pytest
 
 from airetrain.report.advice import advise
-from airetrain.report.fold import FIELDS, parse, seconds, tres
+from airetrain.report.jobs import FIELDS, parse, seconds, tres
 from airetrain.units import size_mb as megabytes
 
 from sacct_captured import CAPTURED, IDS, rows_of
@@ -109,7 +109,7 @@ def test_a_job_whose_start_accounting_has_not_recorded_yet_is_running_without_fi
 
 def test_an_array_task_asked_for_by_its_raw_id_is_that_task_once():
     from airetrain.report.collection import jobs_rows
-    from airetrain.report.fold import lookup
+    from airetrain.report.jobs import lookup
 
     task = rows_of(f"{IDS['array']}_1")[0]
     raw = task["JobIDRaw"]

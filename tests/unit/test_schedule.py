@@ -1,5 +1,5 @@
-"""checkpoint/policy.py: when to save, and where a resumed run continues."""
-from airetrain.checkpoint.policy import Position, SavePolicy
+"""schedule.py: when to save, and where a resumed run continues."""
+from airetrain.schedule import Position, SavePolicy
 
 from conftest import run_config
 

@@ -1,7 +1,8 @@
-"""When to stop early: the job's deadline, or SIGTERM (scancel, preemption, the time limit itself).
+"""The deadline: when a session stops to resume later, at the job's end or on SIGTERM (scancel,
+preemption, the time limit itself). Early stopping, which ends a trained run, is monitor.py's.
 
 The trainer calls `Stopper.poll()` after each optimizer step. It makes every rank agree, so that
-all stop after the same step (README, "Checkpoints, time limits, requeue"), without making the
+all stop after the same step (docs/checkpoints.md), without making the
 host wait: the step's flag goes out in an asynchronous all_reduce(MAX) of a CPU tensor over gloo,
 and the flag sent one step earlier, long since reduced, is read. The reaction comes one step
 later than a blocking check's, and no step waits for the GPU to drain or for a network round
@@ -23,7 +24,7 @@ import torch.distributed as dist
 
 from ..slurm import remaining_seconds
 
-log = logging.getLogger("airetrain.stopping")
+log = logging.getLogger("airetrain.deadline")
 
 NONE, DEADLINE, SIGNAL = 0, 1, 2
 REASONS = {DEADLINE: "deadline", SIGNAL: "signal"}
