@@ -1,3 +1,43 @@
-"""airetrain: PyTorch training from a config file to safe checkpoints and an efficiency report."""
+"""airetrain: PyTorch training from a config file to safe checkpoints and an efficiency report.
+
+One subpackage per stage of the workflow's DAG, above shared modules that every stage may use
+(tests/unit/test_layers.py holds the order, and that every package's docstring, as this one,
+maps its modules):
+
+    plan/            planning at parse time and in the plan step: config, sweeps, layouts, refusals
+    stage/           the dataset written and staged onto the fast root
+    train/           training under torchrun, its launch, and script mode
+    checkpoint/      checkpoints saved, promoted to scratch and resumed
+    report/          the efficiency report, the results table, `airetrain status`
+    workflow/        the Snakemake workflow, shipped in the package: Snakefile, rules, schema, profiles
+
+The commands (they may import anything):
+    cli              the `airetrain` command: the steps the rules run, and tools for users
+    resolve          the plan step's own work: files counted, user code tried, strategy decided
+    job              airetrain.job, for a user's own torchrun script: the deadline and requeue contract
+    doctor           `airetrain doctor`: what this environment can run
+    __main__         `python -m airetrain`
+
+Shared (they import only each other):
+    project          `airetrain init`: a project of the user's own
+    profiles         the built-in Snakemake profiles (aire, local) and a profile's account
+    restart          `airetrain restart`: what retraining a run from step 0 removes
+    config_docs      docs/configuration.md from the schema and the built-in tables
+    run_config       the config as typed records        schema        the config schema and its defaults
+    records          the files between the steps        typed         typed records to and from JSON
+    roots            where data lives (scratch, the fast root)
+    run_log          a run's durable logs and record    history       each finished run's profile and figures
+    sizing           requests sized from measurements (right-sizing and the advice)
+    schedule         when to save and to evaluate, where a resume continues
+    catalog          the built-in datasets               builtin_models  the built-in models and losses
+    hardware         the GPU table                       environment   each rank's environment variables
+    dataset_trees    datasets on disk: listings, manifests
+    shards           the shard format                   quota         the fast root's quotas
+    capture          the code a run captures             fingerprints  what a checkpoint's training computes
+    provenance       a project's git state, airetrain's version
+    slurm            SLURM from inside a job             units         SLURM's formats
+    fsutil           durable file operations             text          text for people
+    errors           the one error users see
+"""
 
 __version__ = "0.1.0"

@@ -73,9 +73,6 @@ COLUMNS = {
                     "learned from",
     "advice": "what to ask for next time, with the numbers behind it",
 }
-ACCOUNTING = ("job_state", "status", "elapsed_s", "timelimit_s", "time_eff", "cpus", "cpu_eff", "mem_used_mb",
-              "mem_alloc_mb", "mem_eff", "gpus", "gpu_hours", "requeues")
-
 
 def evaluates_label(source: dict | None) -> str:
     """An evaluation run's source as both tables mark it: 'pretrain (best)'; '' for a training run."""

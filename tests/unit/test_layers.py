@@ -174,3 +174,32 @@ def test_every_test_module_has_a_name_of_its_own():
     fail the whole suite's collection."""
     names = [p.name for p in (REPO / "tests").rglob("test_*.py") if "state" not in p.parts]
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
+
+
+def map_entries(docstring: str) -> tuple[set[str], set[str]]:
+    """(every name a map lists, the names that begin its lines): an entry is a name (a package's with
+    '/') followed by two spaces or more, at a line's indent or after two spaces or more."""
+    import re
+
+    listed, first = set(), set()
+    for line in docstring.splitlines():
+        names = re.findall(r"(?:^    |\s{2,})(\w+)/?(?=\s{2,})", line)
+        listed |= set(names)
+        if names and line.startswith("    ") and not line.startswith("     "):
+            first.add(names[0])
+    return listed, first
+
+
+def test_every_module_is_named_in_its_packages_map():
+    """Each package's docstring is its map: every module and subpackage in it has an entry, and every
+    entry that begins a line names one that exists."""
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        folder = init.parent
+        if folder.name == "workflow":   # the workflow's files, not Python modules
+            continue
+        present = {p.stem for p in folder.glob("*.py") if p.name != "__init__.py"} | \
+                  {p.name for p in folder.iterdir() if (p / "__init__.py").exists()}
+        listed, first = map_entries(ast.get_docstring(ast.parse(init.read_text()), clean=False) or "")
+        missing, stale = sorted(present - listed), sorted(first - present)
+        assert not missing, f"{init.relative_to(REPO)}'s map has no entry for {', '.join(missing)}"
+        assert not stale, f"{init.relative_to(REPO)}'s map names {', '.join(stale)}, which is not there"
