@@ -1,6 +1,6 @@
 """The trainer's checkpointer: when to save, saving in the background, promotion to scratch, resuming exactly.
 
-    ckpt = Checkpointer(d, par, optimizer, plan, fast_root, fast_node_local)
+    ckpt = Checkpointer(d, par, optimizer, plan, fast_root, fast_node_local, heartbeat=watchdog.beat)
     trainer = ckpt.restore()                  # None on a fresh start; every rank gets the trainer state
     ckpt.save_if_due(position, steps_per_epoch, session.trainer_state, now=best)   # after every step
     ckpt.save(trainer, blocking=True)         # now, and durable before it returns (a stop)
@@ -21,7 +21,9 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -86,11 +88,35 @@ def cpu_copy(tree, buffers: dict, shared: bool = False, path: tuple = ()):
     return tree
 
 
+class Ranks(Protocol):
+    """This process's place in the group, as the trainer's process group describes it."""
+    rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool: ...
+
+
+class Replicas(Protocol):
+    """The model as the trainer wrapped it for DDP or FSDP, and how to read and load its full state."""
+    model: torch.nn.Module
+    strategy: str
+
+    def full_state(self, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]: ...
+
+    def load_full_state(self, optimizer: torch.optim.Optimizer, model_state: dict, optimizer_state: dict) -> None: ...
+
+
 class Checkpointer:
-    def __init__(self, d, par, optimizer, plan: Plan, fast_root: Path, fast_node_local: bool,
-                 init_sha256: str | None = None):
+    """The trainer's checkpointer (see the module's docstring); heartbeat is called after every save,
+    so that the hang watchdog counts a long save as progress."""
+
+    def __init__(self, d: Ranks, par: Replicas, optimizer: torch.optim.Optimizer, plan: Plan, fast_root: Path,
+                 fast_node_local: bool, init_sha256: str | None = None,
+                 heartbeat: Callable[[], None] = lambda: None):
         cfg = plan.config.checkpoint
-        self.d, self.par, self.optimizer = d, par, optimizer
+        self.d, self.par, self.optimizer, self.heartbeat = d, par, optimizer, heartbeat
         self.sharded = par.strategy == "fsdp"
         self.durable = plan.checkpoints_dir
         self.fingerprint = fingerprint(plan.config, init_sha256)
@@ -169,6 +195,7 @@ class Checkpointer:
         if blocking:
             dist.barrier()
         self.stalls.append(time.perf_counter() - t0 if in_loop else waited)
+        self.heartbeat()
 
     def _use_writer(self, tree: dict) -> bool:
         """Whether this save goes to the writer process: where shared memory has room for the state
@@ -258,6 +285,7 @@ class Checkpointer:
             self._writer.close()
             self._writer = None
         dist.barrier()
+        self.heartbeat()
         return self.latest
 
     # ---- resuming

@@ -3,20 +3,23 @@ evaluations during training, on their schedule (train.eval_every_epochs, train.e
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch.utils.data import DataLoader, Subset
 
 from ..schedule import EvalPolicy
 from . import batches, efficiency
-from .parallel import process_group as distributed
+from .parallel import process_group
+from .progress import Progress
+from .session import Session
 from .step import autocast
 
 EVAL_BATCH = 512
 
 
 @torch.no_grad()
-def evaluate(par, objective, dataset, d: distributed.Dist, precision: str, on_batch=lambda: None) -> dict:
+def evaluate(par, objective, dataset, d: process_group.Dist, precision: str, on_batch=lambda: None) -> dict:
     """{"loss": mean over the test set, "metrics": {name: sum / count}}; None without a test set.
     on_batch is called after every forward pass (the hang watchdog's heartbeat).
 
@@ -46,14 +49,14 @@ def evaluate(par, objective, dataset, d: distributed.Dist, precision: str, on_ba
                     total[1] += count
         on_batch()
     names = _agreed_names(sorted(sums), d)   # every rank reduces the same list
-    reduced = distributed.reduce([loss_sum, samples, *(v for n in names for v in sums.get(n, [0.0, 0.0]))])
+    reduced = process_group.reduce([loss_sum, samples, *(v for n in names for v in sums.get(n, [0.0, 0.0]))])
     par.model.train()
     loss_sum, samples, rest = reduced[0], reduced[1], reduced[2:]
     return {"loss": loss_sum / samples,
             "metrics": {n: rest[2 * i] / rest[2 * i + 1] for i, n in enumerate(names) if rest[2 * i + 1]}}
 
 
-def _agreed_names(names: list[str], d: distributed.Dist) -> list[str]:
+def _agreed_names(names: list[str], d: process_group.Dist) -> list[str]:
     """The metric names of rank 0, which always has samples, known to every rank (a collective)."""
     if d.world_size == 1:
         return names
@@ -63,14 +66,14 @@ def _agreed_names(names: list[str], d: distributed.Dist) -> list[str]:
 
 
 class Evaluator:
-    """The evaluations during training: after each step the schedule asks for (EvalPolicy; the last
+    """The evaluations during training: after each step the schedule asks for (schedule.EvalPolicy; the last
     step always), over the evaluation split (loader.TrainData.eval_set). Each becomes a metrics.jsonl
     line and eval/* curves (progress.evaluated), goes to the session's monitor (the best so far,
     early stopping), and its time is kept out of training's figures (throughput, MFU): progress
     excludes it. The last one is the run's final evaluation."""
 
-    def __init__(self, s, progress, hang):
-        self.s, self.progress, self.hang = s, progress, hang
+    def __init__(self, s: Session, progress: Progress, heartbeat: Callable[[], None]):
+        self.s, self.progress, self.heartbeat = s, progress, heartbeat   # heartbeat: after each batch
         self.policy = EvalPolicy.from_config(s.plan.config)
         self.seconds = 0.0                            # all evaluations of this session
         self.count = 0
@@ -96,7 +99,7 @@ class Evaluator:
         """One evaluation, recorded: (its figures, its seconds)."""
         s = self.s
         t0 = efficiency.now(s.d.device)
-        evaluation = evaluate(s.par, s.objective, s.data.eval_set, s.d, s.plan.precision, self.hang.beat)
+        evaluation = evaluate(s.par, s.objective, s.data.eval_set, s.d, s.plan.precision, self.heartbeat)
         spent = efficiency.now(s.d.device) - t0
         self.seconds += spent
         self.count += evaluation is not None

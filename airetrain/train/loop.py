@@ -1,10 +1,10 @@
 """The training, read top to bottom: set up a session, train it, finish it.
 
 Run by torchrun (scripts/train.py): every rank executes this file; rank 0 logs and writes.
-The loop hands off to: session (the model, optimizer, schedule and data, and where training
-stands), step (one optimizer step), checkpoint.manager (when to save, saving and resuming),
-stopping (deadline, SIGTERM), progress (log lines, metrics.jsonl, TensorBoard curves), watchdog
-(hangs), evaluate and summary (train.json).
+The loop hands off to the collaborators a Trainer holds: the session (the model, optimizer, schedule
+and data, and where training stands), checkpoint.manager (when to save, saving and resuming),
+deadline (the job's end, SIGTERM), evaluate, progress (log lines, metrics.jsonl, TensorBoard curves)
+and the watchdog (hangs); step is one optimizer step, summary writes train.json.
 """
 from __future__ import annotations
 
@@ -24,15 +24,17 @@ from ..checkpoint.manager import Checkpointer
 from ..fsutil import write_json_atomic
 from ..records import STOPPED, Plan, StageRecord, StopRecord, TrainRecord, read_record, write_record
 from ..restart import trained_record_path
-from . import efficiency, finetune, session as sessions, summary, watchdog
+from . import efficiency, finetune, session, summary, watchdog
 from .curves import Curves
+from .deadline import Stopper
 from .evaluate import Evaluator
-from .parallel import process_group as distributed
+from .parallel import process_group
+from .parallel.process_group import Dist
 from .parallel.wrap import Parallel
 from .progress import Progress
 from .session import Session
 from .step import train_step
-from .deadline import Stopper
+from .watchdog import Off, Watchdog
 
 log = logging.getLogger("airetrain.train")
 
@@ -42,7 +44,22 @@ class Trained:
     """What main returns to a caller that runs it in-process: the model, its optimizer, the process."""
     par: Parallel
     optimizer: torch.optim.Optimizer
-    d: distributed.Dist
+    d: Dist
+
+
+@dataclass
+class Trainer:
+    """The loop's collaborators, held in one place: the session (model, optimizer, data, where training
+    stands) and what watches it, saves it and reports it."""
+    session: Session
+    checkpointer: Checkpointer      # when to save, saving in the background, resuming; beats the watchdog
+    deadline: Stopper               # the job's end or SIGTERM: stop to resume later
+    evaluator: Evaluator            # evaluations on schedule, the monitor's best
+    progress: Progress              # log lines, metrics.jsonl, TensorBoard curves
+    watchdog: Watchdog | Off        # hangs: every rank's heartbeat
+    gpu: efficiency.GpuSampler      # this rank's GPU use, sampled while it trains
+    hosts: list[str]                # every rank's host
+    out: Path                       # results/<run>: train.json, metrics.jsonl, STOPPED
 
 
 def parse_args(argv=None):
@@ -55,61 +72,52 @@ def parse_args(argv=None):
 
 def main(argv=None) -> Trained:
     args = parse_args(argv)
-    s, ckpt = set_up(read_record(args.plan, Plan), read_record(args.stage, StageRecord), Path(args.out))
-    stopper = Stopper(s.d.is_main, 60 * s.plan.config.checkpoint.stop_margin_min)
-    progress = progress_of(s, Path(args.out))
-    hang = watchdog.start(s.d, s.plan)   # every rank's heartbeat: steps, saves, evaluation batches
-    evaluator = Evaluator(s, progress, hang)
-    stopped = train(s, ckpt, stopper, progress, hang, evaluator)
-    stopper.close()
-    finish(s, ckpt, stopped, progress, hang, evaluator, Path(args.out))
+    t = set_up(read_record(args.plan, Plan), read_record(args.stage, StageRecord), Path(args.out))
+    stopped = train(t)
+    finish(t, stopped)
     # Every rank is done and every file is written. The process group is not destroyed here:
     # tearing gloo down has deadlocked on the GIL (its worker thread freeing a finished
     # all-gather while the main thread joined it); scripts/train.py ends the process instead.
     torch.distributed.barrier()
-    return Trained(s.par, s.optimizer, s.d)
+    return Trained(t.session.par, t.session.optimizer, t.session.d)
 
 
-def train(s: Session, ckpt: Checkpointer, stopper: Stopper, progress: Progress, hang,
-          evaluator: Evaluator) -> str | None:
+def train(t: Trainer) -> str | None:
     """The loop: optimizer steps to the end of the last epoch, each followed by the evaluation and
     the save their schedules ask for; the reason if it stopped early."""
-    per_epoch = s.data.steps_per_epoch
+    s, per_epoch = t.session, t.session.data.steps_per_epoch
     while not s.finished:
         batches = s.data.epoch(s.position.epoch, s.position.step_in_epoch, s.plan.batch.grad_accum,
                                s.plan.batch.per_device)
-        progress.new_epoch()
+        t.progress.new_epoch()
         while s.position.step_in_epoch < per_epoch:
             t0 = time.perf_counter()
-            loss, wait_s, norm = train_step(s, batches, progress.logs(s.position.step + 1))
+            loss, wait_s, norm = train_step(s, batches, t.progress.logs(s.position.step + 1))
             s.position = s.position.stepped()
-            progress.step_done(s.position.step, s.position.epoch, loss, wait_s, time.perf_counter() - t0, norm)
-            hang.beat(s.position.step)
-            best = evaluator.after_step()
+            t.progress.step_done(s.position.step, s.position.epoch, loss, wait_s, time.perf_counter() - t0, norm)
+            t.watchdog.beat(s.position.step)
+            best = t.evaluator.after_step()
             # stop (deadline, SIGTERM: to resume; early stopping: trained) with a durable checkpoint;
             # otherwise save on schedule, and at every new best
-            if stopped := stopper.poll():
+            if stopped := t.deadline.poll():
                 log.warning("stopping (%s) after step %d", stopped, s.position.step)   # every rank says it
-                ckpt.save(s.trainer_state(), blocking=True)
-                hang.beat()
+                t.checkpointer.save(s.trainer_state(), blocking=True)
                 return stopped
             if s.stops_early:
                 log.info("early stopping after step %d: %s has not improved for %d evaluations (best: %s)",
                          s.position.step, s.monitor.metric, s.monitor.since, s.monitor.best)
-                ckpt.save(s.trainer_state(), blocking=True)
-                hang.beat()
+                t.checkpointer.save(s.trainer_state(), blocking=True)
                 return None
-            if ckpt.save_if_due(s.position, per_epoch, s.trainer_state, now=best):
-                hang.beat()
+            t.checkpointer.save_if_due(s.position, per_epoch, s.trainer_state, now=best)
         s.position = s.position.next_epoch()
     return None
 
 
-def start_process(plan: Plan) -> distributed.Dist:
+def start_process(plan: Plan) -> Dist:
     """Join the process group; logging (rank 0 at INFO), threads and determinism as the plan says."""
     # the collectives' timeout outlasts the hang watchdog's, so that the watchdog reports a hang first
     hang_min = plan.config.train.hang_timeout_min
-    d = distributed.setup(plan.device, 60 * hang_min + 300 if hang_min else None)
+    d = process_group.setup(plan.device, 60 * hang_min + 300 if hang_min else None)
     logging.basicConfig(level=logging.INFO if d.is_main else logging.WARNING, stream=sys.stdout,
                         format=f"[rank {d.rank}] %(message)s")
     torch.set_num_threads(plan.cpus_per_rank)
@@ -123,36 +131,39 @@ def start_process(plan: Plan) -> distributed.Dist:
     return d
 
 
-def set_up(plan: Plan, staged: StageRecord, out: Path) -> tuple[Session, Checkpointer]:
-    """The session, resumed from the newest checkpoint that verifies (on the fast root or on scratch)."""
+def set_up(plan: Plan, staged: StageRecord, out: Path) -> Trainer:
+    """The session, resumed from the newest checkpoint that verifies (on the fast root or on scratch),
+    and its collaborators."""
     d = start_process(plan)
-    s = sessions.build(plan, staged, d)
+    hosts = process_group.hostnames()
+    s = session.build(plan, staged, d)
+    hang = watchdog.start(d, plan)   # every rank's heartbeat: steps, saves, evaluation batches
     init = init_source(plan, d)
     ckpt = Checkpointer(d, s.par, s.optimizer, plan, Path(staged["fast_root"]),
-                        fast_node_local=staged["fast_root_source"] == "$TMPDIR", init_sha256=init and init[1])
-    sessions.seed_all(plan.config.train.seed + 1000 * d.rank)   # dropout differs per rank; a resume restores it
-    trainer = ckpt.restore()
-    s.resume(trainer)
-    if init and trainer is None:   # a fresh start of a fine-tune; a resumed one has its own weights
-        s.init = finetune.load(s.par, init[0], init[1], plan.config.model.init_strict, d)
-    s.par.settle_buckets(s.objective, s.probe, plan.precision)   # a resumed session reduces as a fresh one does
-    s.hosts = distributed.hostnames()
+                        fast_node_local=staged["fast_root_source"] == "$TMPDIR", init_sha256=init and init[1],
+                        heartbeat=hang.beat)
+    session.seed_all(plan.config.train.seed + 1000 * d.rank)   # dropout differs per rank; a resume restores it
+    s.start(ckpt.restore(), init)
+    hang.watch()   # from here: a long restore is not a hang
     if d.is_main:
-        run_log.record_session(plan.durable_dir, os.environ.get("SLURM_JOB_ID"), s.position.step, s.hosts,
+        run_log.record_session(plan.durable_dir, os.environ.get("SLURM_JOB_ID"), s.position.step, hosts,
                                ckpt.latest["path"] if ckpt.latest and s.position.step else None)
         (out / STOPPED).unlink(missing_ok=True)
     b = plan.batch
     if plan.config.evaluate:
         log.info("evaluating %s: run %s's weights, world %d, %s", plan.run, plan.config.evaluate["run"],
                  d.world_size, plan.precision)
-        return s, ckpt
-    log.info("training %s: world %d, %d steps/epoch x %d epochs, global batch %d = %d x %d x %d, %s", plan.run,
-             d.world_size, s.data.steps_per_epoch, plan.config.train.epochs, b.global_, b.per_device, d.world_size,
-             b.grad_accum, plan.precision)
-    return s, ckpt
+    else:
+        log.info("training %s: world %d, %d steps/epoch x %d epochs, global batch %d = %d x %d x %d, %s", plan.run,
+                 d.world_size, s.data.steps_per_epoch, plan.config.train.epochs, b.global_, b.per_device,
+                 d.world_size, b.grad_accum, plan.precision)
+    gpu = efficiency.GpuSampler(d.device)
+    progress = progress_of(s, gpu, out)
+    return Trainer(s, ckpt, Stopper(d.is_main, 60 * plan.config.checkpoint.stop_margin_min),
+                   Evaluator(s, progress, hang.beat), progress, hang, gpu, hosts, out)
 
 
-def init_source(plan: Plan, d: distributed.Dist) -> tuple[Path, str] | None:
+def init_source(plan: Plan, d: Dist) -> tuple[Path, str] | None:
     """model.init_from's file and its sha256 (hashed by rank 0, known to every rank); None without one."""
     path = finetune.source_path(plan.config.model.init_from, plan.roots.scratch)
     if path is None:
@@ -166,23 +177,22 @@ def init_source(plan: Plan, d: distributed.Dist) -> tuple[Path, str] | None:
     return path, found[0]
 
 
-def progress_of(s: Session, out: Path) -> Progress:
+def progress_of(s: Session, gpu: efficiency.GpuSampler, out: Path) -> Progress:
     """This session's log lines, metrics.jsonl and (rank 0) TensorBoard curves."""
-    s.gpu = efficiency.GpuSampler(s.d.device)
     curves = Curves(out / "tensorboard", s.position.step) if s.d.is_main and s.plan.config.train.tensorboard \
         else None
     return Progress(s.d, s.plan, s.total_steps, out / "metrics.jsonl", curves,
-                    lambda: {"lr": s.optimizer.param_groups[0]["lr"], **s.gpu.latest()}, start_step=s.position.step)
+                    lambda: {"lr": s.optimizer.param_groups[0]["lr"], **gpu.latest()}, start_step=s.position.step)
 
 
-def finish(s: Session, ckpt: Checkpointer, stopped: str | None, progress: Progress, hang, evaluator: Evaluator,
-           out: Path) -> None:
+def finish(t: Trainer, stopped: str | None) -> None:
     """The last save made durable, then STOPPED (to resume later) or the evaluation and train.json."""
+    s, progress, out = t.session, t.progress, t.out
     d, step = s.d, s.position.step
+    t.deadline.close()
     # throughput counts the training steps and the save stalls, not the last write's background tail
     train_s = efficiency.now(d.device) - progress.t_start
-    saved = ckpt.finish()
-    hang.beat()
+    saved = t.checkpointer.finish()
     final_wait_s = efficiency.now(d.device) - progress.t_start - train_s
     if stopped:
         if d.is_main:
@@ -191,13 +201,12 @@ def finish(s: Session, ckpt: Checkpointer, stopped: str | None, progress: Progre
             log.info("stopped (%s) at step %d of %d; checkpoint %s is durable: the run resumes from it",
                      stopped, step, s.total_steps, saved["path"])
     else:
-        gpu_figures = s.gpu.summary()
-        evaluation = evaluator.final()
+        gpu_figures = t.gpu.summary()
+        evaluation = t.evaluator.final()
         figures = summary.gathered_figures(d, progress, gpu_figures)
         if d.is_main:
-            record = summary.train_record(s, progress, ckpt, summary.Finish(train_s, final_wait_s, figures,
-                                                                            evaluation, s.hosts, evaluator.seconds,
-                                                                            evaluator.count))
+            record = summary.train_record(s, progress, t.checkpointer, summary.Finish(
+                train_s, final_wait_s, figures, evaluation, t.hosts, t.evaluator.seconds, t.evaluator.count))
             if kept := summary.already_trained(s.plan, record):
                 log.info("already trained: %s resumed at its last step (%d) and trained nothing; train.json keeps "
                          "its training's figures (airetrain restart %s trains it again from step 0)",
@@ -213,4 +222,4 @@ def finish(s: Session, ckpt: Checkpointer, stopped: str | None, progress: Progre
                 log.info("done: %d steps, eval loss %s, %.0f samples/s, checkpoint %s", step, loss,
                          record["samples_per_s"] or 0, saved["path"])
     progress.close()
-    hang.stop()
+    t.watchdog.stop()

@@ -10,7 +10,7 @@ import torch
 
 from ..records import Plan
 from . import efficiency
-from .parallel import process_group as distributed
+from .parallel import process_group
 
 log = logging.getLogger("airetrain.train")
 
@@ -25,7 +25,7 @@ class Progress:
     train.log_every_steps steps and at the last step (rank 0 writes; every rank must call
     `step_done`, whose loss average is a collective)."""
 
-    def __init__(self, d: distributed.Dist, plan: Plan, total_steps: int, metrics_path: Path, curves=None,
+    def __init__(self, d: process_group.Dist, plan: Plan, total_steps: int, metrics_path: Path, curves=None,
                  extra=lambda: {}, start_step: int = 0):
         """curves: where rank 0 also draws each line (curves.Curves, TensorBoard); extra: figures for the
         curves only, read at each log line (the learning rate, the GPU's latest sample)."""
@@ -77,7 +77,7 @@ class Progress:
             self._log(step, epoch)
 
     def _log(self, step: int, epoch: int) -> None:
-        (loss_sum,) = distributed.reduce([self.window_loss.item()])
+        (loss_sum,) = process_group.reduce([self.window_loss.item()])
         self.loss = loss_sum / self.d.world_size / self.window_steps
         self._restart_window()
         elapsed = time.perf_counter() - self.t_start

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -18,7 +19,7 @@ from ..records import Plan, StageRecord
 from . import efficiency
 from .batches import first_batch
 from .loader import TrainData, training_data
-from .finetune import freeze
+from .finetune import freeze, load as load_init
 from .models import build_model
 from .monitor import Monitor
 from .objective import Objective
@@ -48,8 +49,6 @@ class Session:
     probe: object                   # the training set's first micro-batch, on the device
     flops_per_micro: int            # model FLOPs of one micro-batch, forward and backward
     position: Position = Position()
-    hosts: list[str] = field(default_factory=list)   # every rank's host, once the ranks have met
-    gpu: efficiency.GpuSampler | None = None          # this rank's GPU use, sampled while it trains
     monitor: Monitor | None = None  # the best evaluation so far, and early stopping (checkpoint.monitor)
     parameters: dict = field(default_factory=dict)   # {trainable, frozen} parameter counts (model.freeze)
     init: dict | None = None        # what model.init_from loaded, in the run's first session
@@ -75,6 +74,16 @@ class Session:
                 "config": self.plan.config.to_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
                 "monitor": self.monitor.state() if self.monitor else None, "init": self.init}
+
+    def start(self, trainer: dict | None, init: tuple[Path, str] | None) -> None:
+        """Where this session starts: a checkpoint's trainer state (a resume: the checkpointer has loaded
+        the model and optimizer), else model.init_from's weights (init: its file and sha256; a fine-tune's
+        first start), else step 0. Then DDP's buckets settle, so that a resumed session reduces as a
+        fresh one does."""
+        self.resume(trainer)
+        if init and trainer is None:
+            self.init = load_init(self.par, init[0], init[1], self.plan.config.model.init_strict, self.d)
+        self.par.settle_buckets(self.objective, self.probe, self.plan.precision)
 
     def resume(self, trainer: dict | None) -> None:
         """Continue from a checkpoint's trainer state (None: a fresh start): schedule, scaler, position.

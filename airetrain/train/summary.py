@@ -7,18 +7,21 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checkpoint.manager import Checkpointer
 from ..records import TrainRecord
 from . import efficiency
-from .parallel import process_group as distributed
+from .parallel import process_group
+from .progress import Progress
+from .session import Session
 
 
-def gathered_figures(d: distributed.Dist, progress, gpu: dict) -> dict:
+def gathered_figures(d: process_group.Dist, progress: Progress, gpu: dict) -> dict:
     """The figures that need every rank: data wait (mean), peak memory (max), GPU use (mean).
     Collectives: every rank calls this."""
-    wait_frac = distributed.reduce([progress.wait_s / progress.step_s if progress.step_s else 0.0])[0]
-    peak = distributed.reduce([distributed.peak_memory_bytes(d.device)], op=torch.distributed.ReduceOp.MAX)[0]
+    wait_frac = process_group.reduce([progress.wait_s / progress.step_s if progress.step_s else 0.0])[0]
+    peak = process_group.reduce([process_group.peak_memory_bytes(d.device)], op=torch.distributed.ReduceOp.MAX)[0]
     util = gpu["gpu_util_mean"]
-    util = distributed.reduce([util or 0.0])[0] / d.world_size if util is not None else None
+    util = process_group.reduce([util or 0.0])[0] / d.world_size if util is not None else None
     return {"data_wait_frac": wait_frac / d.world_size, "peak_mem_bytes": int(peak), "gpu_util_mean": util,
             "gpu_mem_peak_bytes": gpu["gpu_mem_peak_bytes"]}
 
@@ -27,8 +30,8 @@ def _per_step(seconds: float, steps: int) -> float | None:
     return round(seconds / steps, 6) if steps else None
 
 
-def _steady(progress, train_s: float, global_batch: int, meta: dict, flops_per_step: int, peak_flops: float | None,
-            world: int) -> dict:
+def _steady(progress: Progress, train_s: float, global_batch: int, meta: dict, flops_per_step: int,
+            peak_flops: float | None, world: int) -> dict:
     """The figures of the steps after the warm-up (progress.warmup_steps): what the run sustains,
     without compilation and first iterations (the saves' stalls stay in, as they do in training)."""
     steps = progress.steps - progress.warmup_steps
@@ -73,7 +76,7 @@ def already_trained(plan, record: TrainRecord) -> TrainRecord | None:
     return previous if previous.get("steps") == record["steps"] and same_end else None
 
 
-def train_record(s, progress, checkpoints, end: Finish) -> TrainRecord:
+def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end: Finish) -> TrainRecord:
     """What rank 0 writes to train.json, for the session s (train/session.py). progress: this
     session's steps, seconds and last loss; checkpoints: the checkpointer (its final checkpoint and
     the stall of each save)."""

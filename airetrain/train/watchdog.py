@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from ..records import Plan
 from ..run_log import LAUNCH_ID, hangs, record_stop
+from .parallel.process_group import Dist
 
 log = logging.getLogger("airetrain.watchdog")
 
@@ -49,7 +50,8 @@ def poll_seconds(timeout_s: float) -> float:
 
 
 class Watchdog:
-    """Every rank makes one (a collective: rank 0 names the session's keys) and calls beat()."""
+    """Every rank makes one (a collective: rank 0 names the session's keys), calls watch() once its
+    session has started (a long restore is no hang), and beat() at each sign of progress."""
 
     def __init__(self, rank: int, world_size: int, timeout_s: float, run_dir: Path, job_id: str | None):
         self.rank, self.world_size, self.timeout_s = rank, world_size, timeout_s
@@ -65,10 +67,13 @@ class Watchdog:
         if os.environ.get("TORCH_FR_DUMP_TEMP_FILE"):   # NCCL's own dump on a collective timeout goes there
             Path(os.environ["TORCH_FR_DUMP_TEMP_FILE"]).parent.mkdir(parents=True, exist_ok=True)
         self._thread = threading.Thread(target=self._watch, name="hang-watchdog", daemon=True)
+
+    def watch(self) -> None:
+        """Start watching: from here on, timeout_s without a beat on any rank is a hang."""
         self._thread.start()
-        if rank == 0:
+        if self.rank == 0:
             log.info("hang watchdog: a hang is declared after %.0f s without a finished step on any rank",
-                     timeout_s)
+                     self.timeout_s)
 
     def beat(self, step: int | None = None) -> None:
         """Progress on this rank: a finished step (with its number), an evaluation batch, a save."""
@@ -171,6 +176,9 @@ class Watchdog:
 
 class Off:
     """The watchdog where train.hang_timeout_min is 0."""
+    def watch(self) -> None:
+        pass
+
     def beat(self, step: int | None = None) -> None:
         pass
 
@@ -178,7 +186,7 @@ class Off:
         pass
 
 
-def start(d, plan: Plan) -> Watchdog | Off:
+def start(d: Dist, plan: Plan) -> Watchdog | Off:
     """A collective: every rank's watchdog for this run, or Off."""
     minutes = plan.config.train.hang_timeout_min
     if not minutes or d.world_size == 1 and not os.environ.get("MASTER_PORT"):
