@@ -147,6 +147,7 @@ class TrainRecord(TypedDict):
     grad_accum: Doc[int, "micro-batches per optimizer step"]
     steps: Doc[int, "optimizer steps done, all sessions"]
     steps_this_session: Doc[int, "optimizer steps done in this session (after a resume: since it)"]
+    seed: NotRequired[Doc[int, "train.seed: the seed this run trained with (each rank's streams derive from it)"]]
     epochs: Doc[int, "epochs configured"]
     resumed_from_step: Doc[int, "the step this session resumed from (0: a fresh start)"]
     train_seconds: Doc[float, "seconds of the training loop, save stalls included"]
@@ -181,6 +182,7 @@ class TrainRecord(TypedDict):
     eval_loss: Doc[Optional[float], "mean loss on the held-out split (none without a test split)"]
     eval_accuracy: Doc[Optional[float], "accuracy on the held-out split, for classification (none otherwise)"]
     eval_metrics: Doc[dict, "every metric on the held-out split: accuracy, or train.metrics' own"]
+    eval_samples: NotRequired[Doc[Optional[int], "the samples the final evaluation scored: the test split's"]]
     eval_s: NotRequired[Doc[float, "seconds this session spent evaluating (train.eval_every_epochs, eval_every_steps), "
                                    "kept out of train_seconds, throughput and MFU"]]
     evaluations: NotRequired[Doc[int, "evaluations this session made (each a metrics.jsonl line with eval_loss)"]]

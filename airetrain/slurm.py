@@ -1,5 +1,5 @@
-"""What the steps ask of SLURM from inside a job: a step on every node, the job's remaining time, how
-often it was requeued, whether a job is still queued or running.
+"""What the steps ask of SLURM from inside a job: its id, a step on every node, the job's remaining time,
+how often it was requeued, whether a job is still queued or running.
 
 Each answers None (or a plain default) where SLURM's commands are missing or fail, and never raises
 for that: outside a cluster the steps go on without SLURM.
@@ -12,6 +12,13 @@ import subprocess
 import sys
 
 from .units import duration_s
+
+
+def job_id(env=None) -> str | None:
+    """This job's id as accounting knows it, or None outside SLURM: $SLURM_JOB_ID, which in an array
+    task is the task's own (sacct's JobIDRaw; the array's is $SLURM_ARRAY_JOB_ID). What train.json,
+    the session log and the stops record, and what the report looks up."""
+    return (os.environ if env is None else env).get("SLURM_JOB_ID") or None
 
 
 def srun_per_node(nodes: int, cpus_per_node: int, env=None) -> list[str]:

@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 import signal
@@ -97,6 +98,14 @@ def pytest_xdist_make_scheduler(config, log):
     return SuiteScheduling(config, log)
 
 
+def cancel_jobs(cluster: dict) -> None:
+    """Cancel every job still queued or running on the SLURM test cluster (cluster: its environment)."""
+    env = {**os.environ, **cluster}
+    jobs = subprocess.run(["squeue", "-h", "-o", "%A"], env=env, capture_output=True, text=True).stdout.split()
+    if jobs:
+        subprocess.run(["scancel", *jobs], env=env, capture_output=True)
+
+
 @pytest.fixture(autouse=True)
 def _end_what_the_test_started(request):
     """After every test: the processes it started are ended (with their children), and where it used the
@@ -105,10 +114,23 @@ def _end_what_the_test_started(request):
     while _STARTED:
         end_all(_STARTED.pop())
     if "slurm_cluster" in request.fixturenames:
-        env = {**os.environ, **request.getfixturevalue("slurm_cluster")}
-        jobs = subprocess.run(["squeue", "-h", "-o", "%A"], env=env, capture_output=True, text=True).stdout.split()
-        if jobs:
-            subprocess.run(["scancel", *jobs], env=env, capture_output=True)
+        cancel_jobs(request.getfixturevalue("slurm_cluster"))
+
+
+@contextlib.contextmanager
+def ending_what_it_starts(cluster: dict | None = None):
+    """Around a module fixture's set-up: however it ends (returned, failed, timed out), the processes it
+    started end with everything below them, and given the SLURM test cluster's environment, its jobs
+    still queued or running are cancelled. A fixture that fails in its set-up never reaches the
+    function-level clean-up above, which runs only around a test."""
+    mark = len(_STARTED)
+    try:
+        yield
+    finally:
+        while len(_STARTED) > mark:
+            end_all(_STARTED.pop())
+        if cluster is not None:
+            cancel_jobs(cluster)
 
 
 # The environment plan tests plan in: a $HOME to refuse datasets under, and a $SCRATCH.

@@ -1,6 +1,7 @@
-"""User code shaped the way researchers write it, for the tests: their own datasets (float targets,
-dict samples, no test split), losses and models (no `.blocks`: layers as attributes, a Sequential, a
-Hugging Face-style decoder with its layers one level down that returns an object with .loss).
+"""User code shaped the way researchers write it, for the tests: their own datasets (float targets
+with a validation split of their own, dict samples, no test split), losses and models (no `.blocks`:
+layers as attributes, a Sequential, a Hugging Face-style decoder with its layers one level down that
+returns an object with .loss).
 write_ownlab puts it in an importable package `ownlab` (module ownlab.lab)."""
 from pathlib import Path
 
@@ -16,10 +17,14 @@ from torch.utils.data import Dataset
 
 
 class Regression(Dataset):
-    """y = x . w, a float target: cross-entropy does not apply."""
+    """y = x . w, a float target: cross-entropy does not apply. Three splits of their own, of three
+    sizes: train (512), validation (96), test (160)."""
+    SPLITS = {"train": (0, 512), "validation": (2, 96), "test": (1, 160)}
+
     def __init__(self, split):
-        g = torch.Generator().manual_seed(0 if split == "train" else 1)
-        self.x = torch.randn(512, 8, generator=g)
+        seed, size = self.SPLITS[split]
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(size, 8, generator=g)
         self.y = (self.x @ (torch.arange(8.0) / 8)).unsqueeze(1)
         self.meta = {"features": 8}
 

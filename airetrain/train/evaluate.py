@@ -20,7 +20,8 @@ EVAL_BATCH = 512
 
 @torch.no_grad()
 def evaluate(par, objective, dataset, d: process_group.Dist, precision: str, on_batch=lambda: None) -> dict:
-    """{"loss": mean over the test set, "metrics": {name: sum / count}}; None without a test set.
+    """{"loss": mean over the dataset, "samples": how many, "metrics": {name: sum / count}}; None
+    without a dataset.
     on_batch is called after every forward pass (the hang watchdog's heartbeat).
 
     Each rank scores every world_size-th sample. Every rank runs the same number of forward passes
@@ -52,7 +53,7 @@ def evaluate(par, objective, dataset, d: process_group.Dist, precision: str, on_
     reduced = process_group.reduce([loss_sum, samples, *(v for n in names for v in sums.get(n, [0.0, 0.0]))])
     par.model.train()
     loss_sum, samples, rest = reduced[0], reduced[1], reduced[2:]
-    return {"loss": loss_sum / samples,
+    return {"loss": loss_sum / samples, "samples": int(samples),
             "metrics": {n: rest[2 * i] / rest[2 * i + 1] for i, n in enumerate(names) if rest[2 * i + 1]}}
 
 
@@ -67,10 +68,10 @@ def _agreed_names(names: list[str], d: process_group.Dist) -> list[str]:
 
 class Evaluator:
     """The evaluations during training: after each step the schedule asks for (schedule.EvalPolicy; the last
-    step always), over the evaluation split (loader.TrainData.eval_set). Each becomes a metrics.jsonl
-    line and eval/* curves (progress.evaluated), goes to the session's monitor (the best so far,
-    early stopping), and its time is kept out of training's figures (throughput, MFU): progress
-    excludes it. The last one is the run's final evaluation."""
+    step always), over the evaluation split (loader.TrainData.eval_set: the validation split, else the
+    test split). Each becomes a metrics.jsonl line and eval/* curves (progress.evaluated), goes to the
+    session's monitor (the best so far, early stopping), and its time is kept out of training's figures
+    (throughput, MFU): progress excludes it. The run's final evaluation is on the test split (final)."""
 
     def __init__(self, s: Session, progress: Progress, heartbeat: Callable[[], None]):
         self.s, self.progress, self.heartbeat = s, progress, heartbeat   # heartbeat: after each batch
@@ -89,11 +90,19 @@ class Evaluator:
         return bool(s.monitor and evaluation and s.monitor.update(s.position.step, s.position.epoch, evaluation))
 
     def final(self) -> dict | None:
-        """The run's final evaluation: the one after the last step, where this session made it (a
-        session resumed from the last step's checkpoint evaluates now)."""
-        if self.last is not None and self.last[0] == self.s.position.step:
-            return self.last[1]
-        return self._run()[0]
+        """The run's final evaluation, on the test split (None without one). Without a validation split
+        the evaluations ran on the test split, and the one after the last step is the final one (a
+        session resumed from the last step's checkpoint evaluates now). With one, the curve stays the
+        validation split's, and the test split is evaluated once, here."""
+        s = self.s
+        if s.data.eval_set is s.data.test_set:
+            if self.last is not None and self.last[0] == s.position.step:
+                return self.last[1]
+            return self._run()[0]
+        t0 = efficiency.now(s.d.device)
+        evaluation = evaluate(s.par, s.objective, s.data.test_set, s.d, s.plan.precision, self.heartbeat)
+        self.seconds += efficiency.now(s.d.device) - t0
+        return evaluation
 
     def _run(self) -> tuple[dict | None, float]:
         """One evaluation, recorded: (its figures, its seconds)."""

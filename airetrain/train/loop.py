@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from .. import run_log
+from .. import run_log, slurm
 from ..hardware import NATIVE_BF16_FLAGS, cpu_bf16_native
 from ..checkpoint.manager import Checkpointer
 from ..fsutil import write_json_atomic
@@ -146,7 +145,7 @@ def set_up(plan: Plan, staged: StageRecord, out: Path) -> Trainer:
     s.start(ckpt.restore(), init)
     hang.watch()   # from here: a long restore is not a hang
     if d.is_main:
-        run_log.record_session(plan.durable_dir, os.environ.get("SLURM_JOB_ID"), s.position.step, hosts,
+        run_log.record_session(plan.durable_dir, slurm.job_id(), s.position.step, hosts,
                                ckpt.latest["path"] if ckpt.latest and s.position.step else None)
         (out / STOPPED).unlink(missing_ok=True)
     b = plan.batch

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import slurm
 from ..checkpoint.manager import Checkpointer
 from ..records import TrainRecord
 from . import efficiency
@@ -94,7 +95,7 @@ def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end:
         run=plan.run, world_size=world, nodes=plan.nodes, strategy=plan.strategy,
         precision=plan.precision, device=plan.device,
         global_batch=batch.global_, per_device_batch=batch.per_device, grad_accum=batch.grad_accum,
-        steps=s.position.step, steps_this_session=steps, epochs=plan.config.train.epochs,
+        steps=s.position.step, steps_this_session=steps, seed=plan.config.train.seed, epochs=plan.config.train.epochs,
         resumed_from_step=s.position.step - steps,
         train_seconds=round(train_s, 3),
         samples_per_s=round(samples / train_s, 2) if steps else None,
@@ -118,13 +119,14 @@ def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end:
         eval_loss=evaluated["loss"],
         eval_accuracy=evaluated["metrics"].get("accuracy"),
         eval_metrics=evaluated["metrics"],
+        eval_samples=evaluated.get("samples"),
         eval_s=round(end.eval_s, 3),
         evaluations=end.evaluations,
         best=s.monitor.best if s.monitor else None,
         init=s.init, evaluates=s.plan.config.evaluate,
         parameters=s.parameters,
         stopped_early=s.monitor.stopped_early(s.position.step, s.position.epoch) if s.stops_early else None,
-        slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+        slurm_job_id=slurm.job_id(),
         hostnames=end.hosts,
         launch_host=socket.gethostname(),
         torch_version=torch.__version__,

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from .. import slurm
 from ..records import Plan
 from ..run_log import LAUNCH_ID, hangs, record_stop
 from .parallel.process_group import Dist
@@ -191,4 +192,4 @@ def start(d: Dist, plan: Plan) -> Watchdog | Off:
     minutes = plan.config.train.hang_timeout_min
     if not minutes or d.world_size == 1 and not os.environ.get("MASTER_PORT"):
         return Off()
-    return Watchdog(d.rank, d.world_size, 60 * minutes, plan.durable_dir, os.environ.get("SLURM_JOB_ID"))
+    return Watchdog(d.rank, d.world_size, 60 * minutes, plan.durable_dir, slurm.job_id())

@@ -25,7 +25,10 @@ def test_two_settings_by_three_seeds_give_a_results_table_with_their_means_and_i
     groups = {row["group"]: row for row in csv.DictReader(open(report / "results.csv"))}
     assert sorted(groups) == ["cnn-lr3e-3", "cnn-lr3e-4"]
     for group, row in groups.items():
-        losses = [read_json(tmp_path / f"results/{group}-seed{s}/train.json")["eval_loss"] for s in range(3)]
+        trained = [read_json(tmp_path / f"results/{group}-seed{s}/train.json") for s in range(3)]
+        assert [t["seed"] for t in trained] == [0, 1, 2]   # each run trained with its own seed
+        losses = [t["eval_loss"] for t in trained]
+        assert len(set(losses)) == 3   # and the seeds mattered: three different results, not one thrice
         sd = statistics.stdev(losses)
         assert (row["n_finished"], row["n_planned"]) == ("3", "3")
         assert float(row["eval_loss"]) == pytest.approx(statistics.mean(losses))

@@ -2,6 +2,8 @@
 into a fresh environment: `airetrain init`, the demo run there with the project's own model, nothing
 written into the installed package. And the workflow deployed by snakedeploy, as Snakemake workflows are."""
 import hashlib
+import json
+import math
 import os
 import subprocess
 import sys
@@ -71,6 +73,11 @@ def test_a_project_from_the_installed_wheel_trains_its_own_model(installed, tmp_
     run(["airetrain", "plan"], env=env, exact_env=True, cwd=project)
     proc = run(["python", "-m", "snakemake", "--cores", "2"], env=env, exact_env=True, cwd=project, timeout=600)
     assert "7 of 7 steps (100%) done" in proc.stdout + proc.stderr
+    trained = read_json(project / "results/first/train.json")
+    losses = [m["loss"] for m in map(json.loads, (project / "results/first/metrics.jsonl").read_text().splitlines())
+              if "loss" in m]
+    assert len(losses) >= 2 and all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]   # it learned
+    assert math.isfinite(trained["eval_loss"]) and trained["eval_accuracy"] > 0.3   # 10 classes: chance is 0.1
 
     checkpoint = read_json(project / "results/first/checkpoint.json")
     assert checkpoint["verified"] and Path(checkpoint["path"]).is_relative_to(project / ".airetrain/scratch")
@@ -82,8 +89,10 @@ def test_a_project_from_the_installed_wheel_trains_its_own_model(installed, tmp_
     # the tools work from the project as from the checkout: its config and results by default
     status = run(["airetrain", "status"], env=env, exact_env=True, cwd=project).stdout
     assert "first" in status and "done" in status, status
-    compared = run(["airetrain", "compare", "first", "--json"], env=env, exact_env=True, cwd=project).stdout
-    assert '"first"' in compared
+    compared = json.loads(run(["airetrain", "compare", "first", "--json"], env=env, exact_env=True,
+                              cwd=project).stdout)["figures"]["first"]
+    assert (compared["eval_loss"], compared["eval_accuracy"]) == (trained["eval_loss"], trained["eval_accuracy"])
+    assert compared["samples_per_s"] == (trained.get("steady_samples_per_s") or trained["samples_per_s"])
     assert hashes(package) == before   # nothing was written into the installed package
     assert not (REPO / "results/first").exists()
 

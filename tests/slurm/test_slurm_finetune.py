@@ -66,6 +66,10 @@ def test_a_pretraining_run_and_two_fine_tunes_run_in_order_from_its_promoted_wei
     assert same["eval_loss"] == pytest.approx(pretrain["eval_loss"], rel=1e-6)
     assert same["eval_accuracy"] == pytest.approx(pretrain["eval_accuracy"])
     assert other["eval_loss"] > 0 and other["eval_loss"] != pytest.approx(pretrain["eval_loss"])
+    # the other dataset's evaluation trained nothing, and scored that dataset's test split: synthetic's
+    # tenth of its 256 samples, not the digits' test split of the run it evaluates
+    assert other["steps"] == 0 and other["steps_this_session"] == 0
+    assert other["eval_samples"] == 256 // 10 != pretrain["eval_samples"]
     report = (work / "results/report/results.md").read_text()
     assert "| eval-same | pretrain (last) |" in report and "| eval-other | pretrain (best) |" in report
     assert "pretrain (last)" in (work / "results/report/efficiency.md").read_text()

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -120,7 +121,10 @@ def test_a_node_that_dies_mid_run_requeues_the_job_and_it_resumes_exactly(slurm_
     assert train["slurm_job_id"] == job   # the same job, requeued by SLURM, not a second submission
     assert 6 <= train["resumed_from_step"] <= killed_at and train["steps"] == 28
     assert_identical(final_state(work, "victim"), final_state(work, "ref"))
-    resumed = sessions(work / "scratch" / "airetrain" / "victim")[-1]["started"]
+    last = sessions(work / "scratch" / "airetrain" / "victim")[-1]
+    # the resume came from the durable copy on scratch: the dead node's fast root went with it
+    assert Path(last["checkpoint"]).parent == durable and last["resumed_from_step"] == train["resumed_from_step"]
+    resumed = last["started"]
     print(f"node died -> training resumed: {resumed - died:.0f} s, of which the node was down {back - died:.0f} s "
           f"and the requeued job took {resumed - back:.0f} s from the node's return to its resumed training")
     runs = allocations(env, job)

@@ -2,10 +2,12 @@
 import csv
 import os
 import re
+import sys
 
 import pytest
 
-from conftest import run, wait_for
+from airetrain.units import duration_s
+from conftest import ending_what_it_starts, run, wait_for
 from jobs import run_all, sbatch, state
 
 pytestmark = pytest.mark.slurm
@@ -13,7 +15,8 @@ pytestmark = pytest.mark.slurm
 
 @pytest.fixture(scope="module")
 def live_jobs(slurm_cluster):
-    return run_all(env={**os.environ, **slurm_cluster}), slurm_cluster
+    with ending_what_it_starts(slurm_cluster):
+        return run_all(env={**os.environ, **slurm_cluster}), slurm_cluster
 
 
 def test_live_jobs_get_their_known_figures_from_one_sacct_call(live_jobs, tmp_path):
@@ -21,10 +24,18 @@ def test_live_jobs_get_their_known_figures_from_one_sacct_call(live_jobs, tmp_pa
     out = run(["airetrain", "report", "--jobs", ",".join(ids.values()), "--out", str(tmp_path)], env=env).stdout
     rows = {r["run"] + ("" if r["run"] != "array" else r["job_id"]): r
             for r in csv.DictReader(open(tmp_path / "efficiency.csv"))}
-    burner = rows["burner"]   # 8 s of CPU on one of its 2 cores: at most half of what it had, whatever the load
-    cpu_s = float(burner["cpu_eff"]) * float(burner["elapsed_s"]) * float(burner["cpus"])
-    assert cpu_s >= 7.9 and 0 < float(burner["cpu_eff"]) <= 0.52
-    assert 0.45 < float(rows["toucher"]["mem_eff"]) < 0.62
+    # the burner's efficiency is SLURM's own CPU time over its elapsed time and cores, and that CPU time
+    # holds the 8 s the burner spun for
+    burner = rows["burner"]
+    total, elapsed, cpus = run(["sacct", "-X", "-n", "-P", "-j", ids["burner"], "-o", "TotalCPU,Elapsed,AllocCPUS"],
+                               env=env).stdout.strip().split("|")
+    cpu_s = duration_s(total)
+    assert cpu_s >= 8 and float(burner["cpus"]) == int(cpus) == 2
+    assert float(burner["cpu_eff"]) == pytest.approx(cpu_s / (duration_s(elapsed) * 2), rel=0.02)
+    # the toucher held 500 MiB of its 1000 MB: its peak holds them, and its efficiency is that share
+    toucher = rows["toucher"]
+    assert float(toucher["mem_alloc_mb"]) == 1000 and float(toucher["mem_used_mb"]) >= 500
+    assert float(toucher["mem_eff"]) == pytest.approx(float(toucher["mem_used_mb"]) / 1000, rel=1e-3)
     multinode = rows["multinode"]
     assert multinode["job_state"] == "COMPLETED" and float(multinode["mem_used_mb"]) > 350   # 2 x 200 MB summed
     assert rows["requeued"]["requeues"] == "1" and rows["requeued"]["job_state"] == "COMPLETED"
@@ -35,14 +46,21 @@ def test_live_jobs_get_their_known_figures_from_one_sacct_call(live_jobs, tmp_pa
     assert "| burner |" in out and (tmp_path / "efficiency.html").stat().st_size > 10_000
 
 
-def test_a_run_trained_in_an_array_task_gets_that_tasks_row_once(live_jobs, tmp_path):
-    """Inside an array task SLURM_JOB_ID is the task's raw id, and that is what train.json records."""
-    ids, env = live_jobs
-    tasks = run(["sacct", "-X", "-n", "-P", "-j", ids["array"], "-o", "JobID,JobIDRaw"], env=env).stdout.split()
-    task, raw = next(line.split("|") for line in tasks if line.startswith(f"{ids['array']}_1|"))
-    assert raw != ids["array"]   # the task ran with an id of its own
+def test_a_run_trained_in_an_array_task_gets_that_tasks_row_once(slurm_cluster, tmp_path):
+    """Inside a real array task the trainer's job id (airetrain.slurm.job_id, what train.json records)
+    is the task's own: sacct's JobIDRaw for it, not the array's. A run's train.json with that id gets
+    that task's row in the report, once."""
+    env = {**os.environ, **slurm_cluster}
+    record = "from airetrain.slurm import job_id; print(job_id())"
+    array = sbatch("recorded", ["-p", "standard", "-c", "1", "--mem=200M", "-t", "5", "--array=1-2",
+                                f"--output={tmp_path}/task-%a.out", f"--wrap={sys.executable} -c '{record}'"], env)
+    wait_for(lambda: not state(array, env), 120, "the array's tasks to end", every=0.5)
+    accounted = run(["sacct", "-X", "-n", "-P", "-j", array, "-o", "JobID,JobIDRaw,State"], env=env).stdout.split()
+    task, raw, ended = next(line.split("|") for line in accounted if line.startswith(f"{array}_1|"))
+    recorded = (tmp_path / "task-1.out").read_text().strip()
+    assert recorded == raw != array and ended == "COMPLETED", (recorded, accounted)   # the task's own id
     (tmp_path / "results" / "in_array").mkdir(parents=True)
-    (tmp_path / "results" / "in_array" / "train.json").write_text(f'{{"slurm_job_id": "{raw}"}}')
+    (tmp_path / "results" / "in_array" / "train.json").write_text(f'{{"slurm_job_id": "{recorded}"}}')
     run(["airetrain", "report", "--results", str(tmp_path / "results"), "--out", str(tmp_path), "in_array"],
         env=env)
     rows = list(csv.DictReader(open(tmp_path / "efficiency.csv")))

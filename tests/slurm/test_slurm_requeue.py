@@ -14,6 +14,7 @@ its fast root empty and must resume from the durable copy on scratch.
 """
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,8 @@ import torch
 import yaml
 
 from airetrain.run_log import stops
-from conftest import (assert_identical, flatten, make_plan, newest_step, read_json, run, snakemake_cmd, spawn, wait_for,
-                      write_config)
+from conftest import (assert_identical, ending_what_it_starts, flatten, make_plan, newest_step, read_json, run,
+                      snakemake_cmd, spawn, wait_for, write_config)
 from test_slurm import SLURM_ARGS
 from user_code import write_ownlab
 from jobs import sbatch, state
@@ -58,57 +59,59 @@ def sessions(work, run_name):
 
 @pytest.fixture(scope="module")
 def interrupted(slurm_cluster, tmp_path_factory):
-    work = tmp_path_factory.mktemp("requeue")
-    hold = work / "hold"
-    cfg = write_config(work / "config.yaml", {
-        "roots": {"scratch": str(work / "scratch")},
-        "defaults": TRAINING,
-        "runs": {
-            # a 4-minute job that stops 2.5 minutes before its end, 90 s after it starts, held at a second
-            # a step until then: its first session cannot finish; a later one, no longer held, can (on a
-            # slow machine after more than one: max_requeues leaves room for it)
-            "stop": {"model": PACED, "time_min": {"stage": 1, "train": 2, "promote": 1},
-                     "checkpoint": {"every_steps": 10, "stop_margin_min": 2.5, "max_requeues": 20}},
-            "ref": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
-            "victim": {"model": PACED, "time_min": {"stage": 2, "train": 10, "promote": 2}},
-            # a second a step while held (150 s, longer than the session's 90 s): the same 4-minute job and
-            # margin stop it part-way
-            "script-stop": {"data": {"name": "synthetic"}, "time_min": {"stage": 1, "train": 2, "promote": 1},
-                            "checkpoint": {"stop_margin_min": 2.5, "max_requeues": 20},
-                            "train": {"script": str(work / "train.py"),
-                                      "args": ["--steps", str(SCRIPT_STEPS), "--step-seconds", "1"]}},
-        },
-    })
-    (work / "train.py").write_text(WITH_JOB)
-    write_ownlab(work)
-    hold.touch()
-    # each job's own $TMPDIR, purged when it ends (the cluster's TaskProlog and Epilog)
-    env = {**slurm_cluster, "AIRETRAIN_LAB_JOB_TMPDIR": "1", "HOLD": str(hold)}
-    # --retries 0: the cancelled run is left failed, for the second invocation to resume
-    first = spawn(snakemake_cmd(work, cfg, *SLURM_ARGS, "--retries", "0"), work / "first.log", cwd=work, env=env)
-    # cancel the victim once it has a durable checkpoint
-    wait_for(lambda: newest_step(durable(work, "victim")) >= 10, timeout=400, what="victim's checkpoint")
-    victim_job = sessions(work, "victim")[-1]["slurm_job_id"]
-    run(["scancel", victim_job], env=env)
-    runs = work / "scratch" / "airetrain"
-    wait_for(lambda: stops(runs / "stop"), timeout=400, what="the deadline stop of stop")
-    # stop's model file edited at once, while SLURM restarts its job: the resumed session would build a
-    # network twice as wide from the working tree, and imports the code captured at its first launch
-    lab = work / "ownlab" / "lab.py"
-    original = lab.read_text()
-    lab.write_text(original.replace('build_model({**cfg, "name": "small_cnn"}, meta)',
-                                    'build_model({**cfg, "name": "small_cnn", "width": 2 * cfg["width"]}, meta)'))
-    assert lab.read_text() != original
-    wait_for(lambda: stops(runs / "script-stop"), timeout=400, what="the deadline stop of script-stop")
-    status = json.loads(run([sys.executable, "-m", "airetrain", "status", "--configfile", str(cfg), "--json"],
-                            cwd=work, env=env).stdout)   # stop is still held: it has not finished
-    hold.unlink()   # the stops happened: the rest trains at full speed
-    assert first.wait(timeout=900) is not None
-    lab.write_text(original)   # the second invocation's new run captures the original code
-    # the profile's settings: resumes what did not finish, and trains "retried", stopped by a SIGTERM
-    retried = retry_a_stop_the_job_cannot_requeue(work, cfg, env)
-    return (work, env, victim_job, (work / "first.log").read_text(), (work / "second.log").read_text(), retried,
-            {row["run"]: row for row in status})
+    with ending_what_it_starts(slurm_cluster):
+        work = tmp_path_factory.mktemp("requeue")
+        hold = work / "hold"
+        cfg = write_config(work / "config.yaml", {
+            "roots": {"scratch": str(work / "scratch")},
+            "defaults": TRAINING,
+            "runs": {
+                # a 4-minute job that stops 2.5 minutes before its end, 90 s after it starts, held at a second
+                # a step until then: its first session cannot finish; a later one, no longer held, can (on a
+                # slow machine after more than one: max_requeues leaves room for it)
+                "stop": {"model": PACED, "time_min": {"stage": 1, "train": 2, "promote": 1},
+                         "checkpoint": {"every_steps": 10, "stop_margin_min": 2.5, "max_requeues": 20}},
+                "ref": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
+                "victim": {"model": PACED, "time_min": {"stage": 2, "train": 10, "promote": 2}},
+                # a second a step while held (150 s, longer than the session's 90 s): the same 4-minute job and
+                # margin stop it part-way
+                "script-stop": {"data": {"name": "synthetic"}, "time_min": {"stage": 1, "train": 2, "promote": 1},
+                                "checkpoint": {"stop_margin_min": 2.5, "max_requeues": 20},
+                                "train": {"script": str(work / "train.py"),
+                                          "args": ["--steps", str(SCRIPT_STEPS), "--step-seconds", "1"]}},
+            },
+        })
+        (work / "train.py").write_text(WITH_JOB)
+        write_ownlab(work)
+        hold.touch()
+        # each job's own $TMPDIR, purged when it ends (the cluster's TaskProlog and Epilog)
+        env = {**slurm_cluster, "AIRETRAIN_LAB_JOB_TMPDIR": "1", "HOLD": str(hold)}
+        # --retries 0: the cancelled run is left failed, for the second invocation to resume
+        first = spawn(snakemake_cmd(work, cfg, *SLURM_ARGS, "--retries", "0"), work / "first.log", cwd=work, env=env)
+        # cancel the victim once it has a durable checkpoint
+        wait_for(lambda: newest_step(durable(work, "victim")) >= 10, timeout=400, what="victim's checkpoint")
+        victim_job = sessions(work, "victim")[-1]["slurm_job_id"]
+        run(["scancel", victim_job], env=env)
+        runs = work / "scratch" / "airetrain"
+        wait_for(lambda: stops(runs / "stop"), timeout=400, what="the deadline stop of stop")
+        # stop's model file edited at once, while SLURM restarts its job: the resumed session would build a
+        # network twice as wide from the working tree, and imports the code captured at its first launch
+        lab = work / "ownlab" / "lab.py"
+        original = lab.read_text()
+        lab.write_text(original.replace('build_model({**cfg, "name": "small_cnn"}, meta)',
+                                        'build_model({**cfg, "name": "small_cnn", "width": 2 * cfg["width"]}, meta)'))
+        edited_at = time.time()
+        assert lab.read_text() != original
+        wait_for(lambda: stops(runs / "script-stop"), timeout=400, what="the deadline stop of script-stop")
+        status = json.loads(run([sys.executable, "-m", "airetrain", "status", "--configfile", str(cfg), "--json"],
+                                cwd=work, env=env).stdout)   # stop is still held: it has not finished
+        hold.unlink()   # the stops happened: the rest trains at full speed
+        assert first.wait(timeout=900) == 1, (work / "first.log").read_text()[-5000:]   # victim failed (--retries 0)
+        lab.write_text(original)   # the second invocation's new run captures the original code
+        # the profile's settings: resumes what did not finish, and trains "retried", stopped by a SIGTERM
+        retried = retry_a_stop_the_job_cannot_requeue(work, cfg, env)
+        return (work, env, victim_job, (work / "first.log").read_text(), (work / "second.log").read_text(), retried,
+                {row["run"]: row for row in status}, edited_at)
 
 
 def retry_a_stop_the_job_cannot_requeue(work, cfg, env) -> str:
@@ -152,6 +155,8 @@ def test_a_job_at_its_time_limit_stops_requeues_itself_and_finishes_exactly(inte
     assert read_json(work / "results/stop/checkpoint.json")["verified"]
     # its model file was edited before the requeued session started: that session ran the captured code
     # (the edited one builds another network), and status said so while the run was unfinished
+    edited_at = interrupted[7]
+    assert runs[0]["started"] < edited_at < runs[1]["started"], (edited_at, runs)
     assert_identical(final_state(work, "stop"), final_state(work, "ref"))
     status = interrupted[6]["stop"]
     assert status["state"] != "done" and any(f.endswith("lab.py") for f in status["code_changed"]), status

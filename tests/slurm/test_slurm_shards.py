@@ -7,7 +7,7 @@ import pytest
 
 from airetrain.stage.pack import pack
 from airetrain.stage.prepare import prepare_digits_images
-from conftest import read_json, slurm_state, snakemake_cmd, spawn, write_config
+from conftest import ending_what_it_starts, read_json, slurm_state, snakemake_cmd, spawn, write_config
 from test_slurm import SLURM_ARGS, STAND_IN, sacct_jobs, unique
 
 pytestmark = pytest.mark.slurm
@@ -38,15 +38,16 @@ def finished(work, env, since, proc):
 
 @pytest.fixture(scope="module")
 def staged(slurm_cluster, tmp_path_factory):
-    shared_work, local_work = tmp_path_factory.mktemp("shared"), tmp_path_factory.mktemp("node-local")
-    node_tmp = {work: str(slurm_state() / "nodetmp" / "local" / unique(work)) for work in (shared_work, local_work)}
-    shared = shared_work / "flash" / "job"   # what $TMP_SHARED is on Aire: one directory every node sees
-    shared_env = {**slurm_cluster, "TMP_SHARED": str(shared), "TMPDIR": node_tmp[shared_work]}
-    local_env = {**slurm_cluster, "TMPDIR": node_tmp[local_work], "TMP_SHARED": ""}
-    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
-    procs = {work: shard_workflow(work, env) for work, env in ((shared_work, shared_env), (local_work, local_env))}
-    return {"shared": (shared, *finished(shared_work, shared_env, since, procs[shared_work])),
-            "node-local": finished(local_work, local_env, since, procs[local_work])}
+    with ending_what_it_starts(slurm_cluster):
+        shared_work, local_work = tmp_path_factory.mktemp("shared"), tmp_path_factory.mktemp("node-local")
+        node_tmp = {work: str(slurm_state() / "nodetmp" / "local" / unique(work)) for work in (shared_work, local_work)}
+        shared = shared_work / "flash" / "job"   # what $TMP_SHARED is on Aire: one directory every node sees
+        shared_env = {**slurm_cluster, "TMP_SHARED": str(shared), "TMPDIR": node_tmp[shared_work]}
+        local_env = {**slurm_cluster, "TMPDIR": node_tmp[local_work], "TMP_SHARED": ""}
+        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+        procs = {work: shard_workflow(work, env) for work, env in ((shared_work, shared_env), (local_work, local_env))}
+        return {"shared": (shared, *finished(shared_work, shared_env, since, procs[shared_work])),
+                "node-local": finished(local_work, local_env, since, procs[local_work])}
 
 
 def test_a_shared_fast_root_is_staged_once_per_job(staged):

@@ -34,11 +34,12 @@ def test_a_hang_on_rank_1_is_dumped_restarted_and_the_run_ends_as_if_uninterrupt
                                                                   "HANG_AT": "9"})
     # the hang happened: rank 1 blocked in its 9th forward pass (the first two measure FLOPs and settle
     # DDP's buckets), in step 7
-    blocked_at = float(marker.read_text())
+    assert marker.exists()
     (hang,) = hangs(tmp_path / "hang")
     assert hang["action"] == "restart" and hang["step"] == 6 and hang["ranks_dumped"] == [0, 1, 2]
-    assert hang["time"] - blocked_at > 60 * TIMEOUT_MIN   # it waited its timeout: no step finished meanwhile
     dump = Path(hang["dump"])
+    for rank in range(3):   # no step finished on any rank from the block to the hang's declaration
+        assert "last finished step 6;" in (dump / f"rank{rank}-stacks.txt").read_text(), rank
     assert dump.parent.name == "hangs" and dump.parent.parent == tmp_path / "hang" / "scratch" / "airetrain" / "t"
     stacks = (dump / "rank1-stacks.txt").read_text()
     assert "in block_forever" in stacks and "lab.py" in stacks   # the blocking frame, in the user's code
@@ -49,7 +50,6 @@ def test_a_hang_on_rank_1_is_dumped_restarted_and_the_run_ends_as_if_uninterrupt
     summary = read_json(out / "train.json")
     assert summary["resumed_from_step"] == 6 and summary["steps"] == STEPS
     assert_identical(final_state(out, tmp_path), final_state(ref_out, tmp_path))
-    assert "last finished step 6" in (dump / "rank2-stacks.txt").read_text()   # every rank stood at step 6
 
 
 def test_a_second_hang_in_the_same_launch_fails_it_and_names_the_dump(tmp_path, ownlab):

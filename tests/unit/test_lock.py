@@ -28,7 +28,7 @@ def test_a_live_trainer_is_waited_for_and_the_lock_taken_when_it_ends(tmp_path):
     waiter = threading.Thread(target=lock.acquire)
     waiter.start()
     wait_for(lambda: any("waiting for it to end" in s for s in said), what="the wait")
-    time.sleep(0.3)
+    wait_for(lambda: lock.polls >= 5, what="the waiter to look at the live owner's lock five times")
     assert waiter.is_alive() and json.loads((tmp_path / LOCK).read_text())["pid"] == other.pid   # still waiting
     (tmp_path / LOCK).unlink()   # the other trainer ends and releases its lock
     other.kill()

@@ -3,7 +3,6 @@ own, at the lowest priority, fed through shared memory; a failed write reported 
 writer gone with the trainer; a thread where shared memory is short."""
 import multiprocessing
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from airetrain.records import Plan
 from airetrain.train.parallel.process_group import Dist
 from airetrain.train.parallel.wrap import Parallel
 
-from conftest import wait_for
+from conftest import spawn, wait_for
 
 CPU = torch.device("cpu")
 
@@ -78,9 +77,10 @@ def test_the_writer_dies_with_the_trainer(tmp_path):
     script = ("import os, sys, time\nfrom airetrain.checkpoint.writer import Writer\n"
               "if __name__ == '__main__':\n    w = Writer()\n    print(w._proc.pid, flush=True)\n    time.sleep(600)\n")
     (tmp_path / "trainer.py").write_text(script)
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "trainer.py")], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    pid = int(proc.stdout.readline())
+    log = tmp_path / "trainer.log"
+    proc = spawn([sys.executable, str(tmp_path / "trainer.py")], log, env={"PYTHONPATH": os.pathsep.join(sys.path)})
+    wait_for(lambda: log.read_text().endswith("\n"), 60, "the trainer to name its writer", every=0.1)
+    pid = int(log.read_text())
     wait_for(lambda: os.getpriority(os.PRIO_PROCESS, pid) == 19, 60, "the writer to be serving", every=0.1)
     proc.kill()   # SIGKILL: no exit handler of the trainer runs; the kernel's parent-death signal ends the writer
     proc.wait()

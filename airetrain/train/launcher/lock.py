@@ -50,6 +50,7 @@ def _pid_alive(pid: int) -> bool:
 class RunLock:
     def __init__(self, run_dir: str | Path, job_id: str | None, say=None, poll_s: float = POLL_S):
         self.dir, self.poll_s = Path(run_dir), poll_s
+        self.polls = 0   # how often acquire found the lock held by a live trainer
         self.say = say or (lambda message: print(message, flush=True))
         self.path = self.dir / LOCK
         self.me = {"slurm_job_id": job_id, "host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
@@ -119,6 +120,7 @@ class RunLock:
                              f"{time.strftime('%H:%M:%S', time.localtime(owner['since']))}): waiting for it to end, "
                              "then resuming from its newest checkpoint")
                     self._log(f"waits for {owner_text(owner)}")
+                self.polls += 1
                 time.sleep(self.poll_s)
                 continue
             stale = self.path.with_name(f"{LOCK}.stale.{self.me['host']}.{self.me['pid']}")

@@ -18,6 +18,7 @@ from ...checkpoint.mirror import Mirror
 from ...records import STOPPED, Plan, StageRecord, TrainRecord, read_record, write_record
 from ...roots import run_dir
 from ...run_log import record_session
+from ... import slurm
 from ...slurm import remaining_seconds
 from . import launch
 
@@ -54,7 +55,7 @@ def run_script(plan: Plan, stage_path: str, out: str) -> int:
     # this start of the script, with the newest durable file it may resume from (a requeued job's fast
     # root is new and empty): the script alone knows its step
     durable = sorted(mirror.files)
-    record_session(plan.durable_dir, os.environ.get("SLURM_JOB_ID"), None, [socket.gethostname()],
+    record_session(plan.durable_dir, slurm.job_id(), None, [socket.gethostname()],
                    str(plan.checkpoints_dir / durable[-1]) if durable else None)
     mirror.start()
     result: dict = {}
@@ -94,11 +95,11 @@ def script_train_record(plan: Plan, metrics: list[dict], seconds: float, files: 
         **unknown, run=plan.run, world_size=plan.world_size, nodes=plan.nodes, strategy="script",
         precision=plan.precision, device=plan.device, global_batch=batch.global_,
         per_device_batch=batch.per_device, grad_accum=batch.grad_accum, steps=last.get("step"),
-        steps_this_session=None, epochs=plan.config.train.epochs, resumed_from_step=None,
+        steps_this_session=None, seed=plan.config.train.seed, epochs=plan.config.train.epochs, resumed_from_step=None,
         train_seconds=round(seconds, 3), samples_per_s=last.get("samples_per_s"),
         memory_estimate=None, activation_checkpointing=False, parallel_units={}, final_loss=last.get("loss"),
         checkpoint_writer="script", checkpoint_writer_reason="the script writes its own checkpoints; the launcher "
                                                             "mirrors them to scratch",
-        eval_metrics={}, slurm_job_id=os.environ.get("SLURM_JOB_ID"), hostnames=[], launch_host=socket.gethostname(),
+        eval_metrics={}, slurm_job_id=slurm.job_id(), hostnames=[], launch_host=socket.gethostname(),
         torch_version=None, environment={k: os.environ.get(k) for k in plan.env}, checkpoint=checkpoint,
         checkpoint_saves=len(files), checkpoint_final_wait_s=0.0)
