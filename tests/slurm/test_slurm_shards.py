@@ -1,6 +1,6 @@
 """A packed dataset on the real SLURM cluster, on 2 nodes: staged once onto a fast root both nodes see
-($TMP_SHARED, as on Aire), and on every node where the fast root is node-local ($TMPDIR). The two
-workflows run at once, each in its own directory, on the cluster's two GPU nodes."""
+($TMP_SHARED, as on Aire). (Where the fast root is node-local, $TMPDIR, it is staged on every node:
+test_slurm.py's site-default run.)"""
 import time
 
 import pytest
@@ -39,30 +39,19 @@ def finished(work, env, since, proc):
 @pytest.fixture(scope="module")
 def staged(slurm_cluster, tmp_path_factory):
     with ending_what_it_starts(slurm_cluster):
-        shared_work, local_work = tmp_path_factory.mktemp("shared"), tmp_path_factory.mktemp("node-local")
-        node_tmp = {work: str(slurm_state() / "nodetmp" / "local" / unique(work)) for work in (shared_work, local_work)}
-        shared = shared_work / "flash" / "job"   # what $TMP_SHARED is on Aire: one directory every node sees
-        shared_env = {**slurm_cluster, "TMP_SHARED": str(shared), "TMPDIR": node_tmp[shared_work]}
-        local_env = {**slurm_cluster, "TMPDIR": node_tmp[local_work], "TMP_SHARED": ""}
+        work = tmp_path_factory.mktemp("shared")
+        shared = work / "flash" / "job"   # what $TMP_SHARED is on Aire: one directory every node sees
+        node_tmp = slurm_state() / "nodetmp" / "local" / unique(work)
+        env = {**slurm_cluster, "TMP_SHARED": str(shared), "TMPDIR": str(node_tmp)}
         since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
-        procs = {work: shard_workflow(work, env) for work, env in ((shared_work, shared_env), (local_work, local_env))}
-        return {"shared": (shared, *finished(shared_work, shared_env, since, procs[shared_work])),
-                "node-local": finished(local_work, local_env, since, procs[local_work])}
+        return (shared, *finished(work, env, since, shard_workflow(work, env)))
 
 
 def test_a_shared_fast_root_is_staged_once_per_job(staged):
-    shared, stage, log, job = staged["shared"]
+    shared, stage, log, job = staged
     assert stage["fast_root_source"] == "$TMP_SHARED" and stage["fast_root"] == str(shared)
     assert stage["format"] == "shards" and stage["mode"] == "copied" and stage["sha256_verified"]
     assert stage["nodes"] is None and stage["host"] in ("labgpu1", "labgpu2")
     assert stage["copied_files"] == stage["files"] == 19 + 3
     assert log.count("staged 22 files") == 1 and "node-local" not in log
     assert len(list((shared / "airetrain/s6/data").glob("shard-*.tar"))) == 19
-
-
-def test_a_node_local_fast_root_is_staged_on_every_node(staged):
-    stage, log, job = staged["node-local"]
-    assert stage["fast_root_source"] == "$TMPDIR" and sorted(stage["nodes"]) == ["labgpu1", "labgpu2"]
-    assert "node-local: staging on each of 2 nodes" in log
-    for host, record in stage["nodes"].items():
-        assert record["format"] == "shards" and record["copied_files"] == 22 and record["host"] == host

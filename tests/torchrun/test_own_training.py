@@ -106,23 +106,17 @@ def test_models_without_blocks_train_under_forced_fsdp(tmp_path, ownlab, model, 
 
 UNET = {"processes": 2, "precision": "fp32", "batch": {"global": 32, "per_device": 16},
         "model": {"name": "unet", "width": 8, "levels": 3}, "data": {"name": "shapes"}, "optim": {"lr": 0.01},
-        "train": {"epochs": 8, "log_every_steps": 16}}
-# measured: 0.92 after 8 epochs with DDP, 0.93 with FSDP (after 5: 0.83 with torch's AdamW, 0.71 with the fused one)
-DICE = 0.75
+        "train": {"epochs": 3, "log_every_steps": 16}}
 
 
-def test_the_unet_segments_the_shapes_and_resumes_bit_exactly_after_a_kill(tmp_path):
-    """3 epochs, resumed after a kill, bit-identical to the uninterrupted run (how far the UNet learns
-    is the FSDP test's below, and the documented config's in tests/e2e)."""
-    summary = killed_and_resumed_equals_uninterrupted(
-        tmp_path, {**UNET, "train": {**UNET["train"], "epochs": 3}, "checkpoint": {"every_steps": 4}}, steps=3 * 16)
+def test_the_unet_under_fsdp_with_activation_checkpointing_resumes_bit_exactly_after_a_kill(tmp_path):
+    """3 epochs under FSDP, its decoder's blocks recomputed in the backward pass, resumed after a kill,
+    bit-identical to the uninterrupted run. How far the UNet learns is the documented config's claim
+    (tests/e2e/test_pipeline.py: config/unet-cpu.yaml reaches its stated Dice)."""
+    cfg = {**UNET, "strategy": "fsdp", "activation_checkpointing": True, "checkpoint": {"every_steps": 4}}
+    summary = killed_and_resumed_equals_uninterrupted(tmp_path, cfg, steps=3 * 16)
+    assert summary["strategy"] == "fsdp" and summary["activation_checkpointing"] is True
     assert summary["eval_metrics"]["dice"] > 0 and summary["eval_accuracy"] > 0.5
     curve = losses(tmp_path / "cut/results/t")
     assert curve[-1] < curve[0]   # it learns
     assert summary["parallel_units"] == {"how": "repeated blocks of up", "count": 3, "classes": {"ConvBlock": 3}}
-
-
-def test_the_unet_learns_under_fsdp_with_activation_checkpointing(tmp_path):
-    out, _ = launch_training(tmp_path, {**UNET, "strategy": "fsdp", "activation_checkpointing": True})
-    summary = read_json(out / "train.json")
-    assert summary["strategy"] == "fsdp" and summary["eval_metrics"]["dice"] > DICE

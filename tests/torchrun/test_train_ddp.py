@@ -144,10 +144,11 @@ def test_fsdp_checkpoint_is_sharded_and_converts_to_a_plain_full_state_dict(fsdp
     assert summary["strategy"] == "fsdp" and summary["eval_accuracy"] > 0.8
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_a_longer_rerun_resumes_from_the_checkpoint(tmp_path, strategy):
-    """Raising epochs continues from the newest checkpoint (same training config) instead of restarting."""
-    cfg = {"processes": 2, "strategy": strategy, "batch": {"global": 64, "per_device": 32},
+def test_a_longer_rerun_resumes_from_the_checkpoint(tmp_path):
+    """Raising epochs continues from the newest checkpoint (same training config) instead of restarting;
+    another config never resumes. (FSDP's resumes: test_checkpoint.py's kill tests; a longer rerun on two
+    nodes: test_slurm.py.)"""
+    cfg = {"processes": 2, "precision": "fp32", "batch": {"global": 64, "per_device": 32},
            "train": {"epochs": 1, "log_every_steps": 5}}
     out, _ = launch_training(tmp_path, cfg)
     first = read_json(out / "train.json")
@@ -156,9 +157,8 @@ def test_a_longer_rerun_resumes_from_the_checkpoint(tmp_path, strategy):
     assert second["resumed_from_step"] == first["steps"] == 22
     assert second["steps"] == 44 and second["steps_this_session"] == 22
     assert "resumed from" in proc.stdout
-    if strategy == "ddp":   # the checkpoint's fingerprint, the same for both
-        changed, proc = launch_training(tmp_path, {**cfg, "optim": {"lr": 0.001}})
-        assert read_json(changed / "train.json")["resumed_from_step"] == 0   # another config never resumes
+    changed, proc = launch_training(tmp_path, {**cfg, "optim": {"lr": 0.001}})   # another checkpoint fingerprint
+    assert read_json(changed / "train.json")["resumed_from_step"] == 0   # another config never resumes
 
 
 def test_bf16_on_a_cpu_without_native_bf16_says_fp32_is_faster_here(ddp_run):
