@@ -77,6 +77,13 @@ def already_trained(plan, record: TrainRecord) -> TrainRecord | None:
     return previous if previous.get("steps") == record["steps"] and same_end else None
 
 
+def _final_evaluation(evaluation: dict | None) -> dict:
+    """train.json's figures of the final evaluation (on the test split; None: there is none)."""
+    evaluated = evaluation or {"loss": None, "metrics": {}}
+    return {"eval_loss": evaluated["loss"], "eval_accuracy": evaluated["metrics"].get("accuracy"),
+            "eval_metrics": evaluated["metrics"], "eval_samples": evaluated.get("samples")}
+
+
 def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end: Finish) -> TrainRecord:
     """What rank 0 writes to train.json, for the session s (train/session.py). progress: this
     session's steps, seconds and last loss; checkpoints: the checkpointer (its final checkpoint and
@@ -90,7 +97,6 @@ def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end:
     samples = steps * batch.global_
     steady = _steady(progress, train_s, batch.global_, meta, flops_per_step, peak_flops, world)
     stalls = checkpoints.stalls
-    evaluated = end.evaluation or {"loss": None, "metrics": {}}
     return TrainRecord(
         run=plan.run, world_size=world, nodes=plan.nodes, strategy=plan.strategy,
         precision=plan.precision, device=plan.device,
@@ -116,10 +122,7 @@ def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end:
         data_wait_frac=round(figures["data_wait_frac"], 4),
         peak_mem_bytes=figures["peak_mem_bytes"],
         final_loss=progress.loss if steps else None,
-        eval_loss=evaluated["loss"],
-        eval_accuracy=evaluated["metrics"].get("accuracy"),
-        eval_metrics=evaluated["metrics"],
-        eval_samples=evaluated.get("samples"),
+        **_final_evaluation(end.evaluation),
         eval_s=round(end.eval_s, 3),
         evaluations=end.evaluations,
         best=s.monitor.best if s.monitor else None,
