@@ -27,9 +27,10 @@ def test_live_jobs_get_their_known_figures_from_one_sacct_call(live_jobs, tmp_pa
     # the burner's efficiency is SLURM's own CPU time over its elapsed time and cores, and that CPU time
     # holds the 8 s the burner spun for
     burner = rows["burner"]
-    total, elapsed, cpus = run(["sacct", "-X", "-n", "-P", "-j", ids["burner"], "-o", "TotalCPU,Elapsed,AllocCPUS"],
-                               env=env).stdout.strip().split("|")
-    cpu_s = duration_s(total)
+    accounted = [line.split("|") for line in run(["sacct", "-n", "-P", "-j", ids["burner"], "-o",
+                                                  "JobID,TotalCPU,Elapsed,AllocCPUS"], env=env).stdout.split()]
+    (_, _, elapsed, cpus), steps = accounted[0], accounted[1:]   # the allocation, then its steps
+    cpu_s = sum(duration_s(total) for _, total, _, _ in steps)   # each step's CPU time (the batch script's)
     assert cpu_s >= 8 and float(burner["cpus"]) == int(cpus) == 2
     assert float(burner["cpu_eff"]) == pytest.approx(cpu_s / (duration_s(elapsed) * 2), rel=0.02)
     # the toucher held 500 MiB of its 1000 MB: its peak holds them, and its efficiency is that share
@@ -50,22 +51,26 @@ def test_a_run_trained_in_an_array_task_gets_that_tasks_row_once(slurm_cluster, 
     """Inside a real array task the trainer's job id (airetrain.slurm.job_id, what train.json records)
     is the task's own: sacct's JobIDRaw for it, not the array's. A run's train.json with that id gets
     that task's row in the report, once."""
-    env = {**os.environ, **slurm_cluster}
+    env, client = slurm_cluster, {**os.environ, **slurm_cluster}   # run() adds the venv's PATH; sbatch does not
     record = "from airetrain.slurm import job_id; print(job_id())"
     array = sbatch("recorded", ["-p", "standard", "-c", "1", "--mem=200M", "-t", "5", "--array=1-2",
-                                f"--output={tmp_path}/task-%a.out", f"--wrap={sys.executable} -c '{record}'"], env)
-    wait_for(lambda: not state(array, env), 120, "the array's tasks to end", every=0.5)
-    accounted = run(["sacct", "-X", "-n", "-P", "-j", array, "-o", "JobID,JobIDRaw,State"], env=env).stdout.split()
-    task, raw, ended = next(line.split("|") for line in accounted if line.startswith(f"{array}_1|"))
+                                f"--output={tmp_path}/task-%a.out", f"--wrap={sys.executable} -c '{record}'"], client)
+
+    def tasks() -> dict[str, list[str]]:
+        out = run(["sacct", "-X", "-n", "-P", "-j", array, "-o", "JobID,JobIDRaw,State"], env=env).stdout
+        return {line.split("|")[0]: line.split("|") for line in out.split()}
+    wait_for(lambda: not state(array, client) and {f"{array}_1", f"{array}_2"} <= set(tasks()), 120,
+             "the array's tasks to end and be in accounting", every=0.5)
+    task, raw, ended = tasks()[f"{array}_1"]
     recorded = (tmp_path / "task-1.out").read_text().strip()
-    assert recorded == raw != array and ended == "COMPLETED", (recorded, accounted)   # the task's own id
+    assert recorded == raw != array and ended == "COMPLETED", (recorded, tasks())   # the task's own id
     (tmp_path / "results" / "in_array").mkdir(parents=True)
     (tmp_path / "results" / "in_array" / "train.json").write_text(f'{{"slurm_job_id": "{recorded}"}}')
     run(["airetrain", "report", "--results", str(tmp_path / "results"), "--out", str(tmp_path), "in_array"],
         env=env)
     rows = list(csv.DictReader(open(tmp_path / "efficiency.csv")))
     assert [(r["run"], r["job_id"], r["job_state"]) for r in rows] == [("in_array", raw, "COMPLETED")], rows
-    assert float(rows[0]["elapsed_s"]) > 0 and "not in accounting" not in rows[0]["status"]
+    assert float(rows[0]["timelimit_s"]) == 300 and "not in accounting" not in rows[0]["status"]   # the task's -t 5
     jobs = run(["airetrain", "report", "--jobs", raw, "--out", str(tmp_path / "by_id")], env=env).stdout
     rows = list(csv.DictReader(open(tmp_path / "by_id" / "efficiency.csv")))
     assert [(r["job_id"], r["job_state"]) for r in rows] == [(task, "COMPLETED")], jobs
