@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from .records import Plan
-from .roots import fast_root, is_under, run_dir
+from .roots import fast_run_dir, is_under
 from .text import did_you_mean
 
 TRAINED = "train.json"   # the finished run's record, kept on scratch beside its checkpoints
@@ -25,7 +25,7 @@ def trained_record_path(plan: Plan) -> Path:
 
 def removals(plan: Plan, results: Path) -> list[Path]:
     """What restarting the run removes, of what exists."""
-    fast = run_dir(fast_root(plan.roots.tmp_shared).path, plan.run)
+    fast = fast_run_dir(plan.roots.tmp_shared, plan.run)
     candidates = [(plan.checkpoints_dir, plan.durable_dir), (trained_record_path(plan), plan.durable_dir),
                   (plan.durable_dir / "code", plan.durable_dir),   # its captured code: the next start takes the tree's
                   (fast / "checkpoints", fast), (results / plan.run, results)]

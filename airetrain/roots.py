@@ -87,3 +87,9 @@ def run_dir(root: Path, run: str) -> Path:
     """Everything of one run under a root: <root>/airetrain/<run>."""
     return root / "airetrain" / run
 
+
+def fast_run_dir(configured: str | None, run: str) -> Path:
+    """The run's directory on the fast root this process sees (roots.tmp_shared as configured, else the
+    environment's): what a step after the training, in the same job, or a shell on the login node finds."""
+    return run_dir(fast_root(configured).path, run)
+

@@ -6,6 +6,7 @@ checkpoint in the background as it is written; the promote rule makes sure of th
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from . import store
@@ -55,25 +56,37 @@ def promote(entry: dict, durable_dir: str | Path, keep: int | None = None, full_
 
 
 def promote_best(final: dict, durable_dir: str | Path, keep: int | None = None,
-                 fast_dir: str | Path | None = None, run: str = "<run>") -> dict | None:
+                 fast_dir: Callable[[], Path] | None = None, run: str = "<run>") -> dict | None:
     """The best checkpoint (checkpoint.monitor) that the final one names, durable and verified like it:
     its entry with path, or None where the run monitored nothing. Looked for on scratch, else where the
-    final one was written and on the fast root (fast_dir: a kill before its background promotion)."""
+    final one was written, else on the fast root (fast_dir: its checkpoints directory, resolved only
+    where needed: resolving the fast root logs which one it fell back to)."""
     best = final.get("best")
     if not best:
         return None
     if best["step"] == final["step"]:
         return final
     durable_dir = Path(durable_dir)
-    places = list(dict.fromkeys([durable_dir, Path(final.get("source", final["path"])).parent,
-                                 *([Path(fast_dir)] if fast_dir else [])]))
-    for directory in places:
-        for entry in store.entries(directory):
-            if entry["step"] == best["step"] and entry.get("fingerprint") == final.get("fingerprint"):
-                return promote({**entry, "path": str(directory / entry["file"])}, durable_dir, keep)
+    places = list(dict.fromkeys([durable_dir, Path(final.get("source", final["path"])).parent]))
+    found = _find(best["step"], final.get("fingerprint"), places)
+    if found is None and fast_dir is not None and (fast := fast_dir()) not in places:
+        places.append(fast)
+        found = _find(best["step"], final.get("fingerprint"), [fast])
+    if found is not None:
+        return promote(found, durable_dir, keep)
     raise CheckpointError(f"the best checkpoint (step {best['step']}, {best['metric']} {best['value']:.6g}) "
                           f"is in none of {', '.join(map(str, places))}: no copy of it is left to promote. "
                           f"To train run {run} again from step 0: airetrain restart {run}")
+
+
+def _find(step: int, fingerprint: str | None, directories: list[Path]) -> dict | None:
+    """The manifest entry (with its path) of this config's checkpoint of that step, in the first directory
+    that lists one."""
+    for directory in directories:
+        for entry in store.entries(directory):
+            if entry["step"] == step and entry.get("fingerprint") == fingerprint:
+                return {**entry, "path": str(directory / entry["file"])}
+    return None
 
 
 def promote_mirror(entry: dict, durable_dir: str | Path) -> dict:

@@ -5,7 +5,7 @@ from . import store
 from .promote import promote, promote_best
 from .weights import BEST_WEIGHTS, write_weights
 from ..records import CheckpointRecord, Plan, RunRecord, TrainRecord, read_record, write_record
-from ..roots import fast_root, run_dir
+from ..roots import fast_run_dir
 from ..run_log import run_record
 
 
@@ -27,7 +27,7 @@ def promote_run(plan_path: str, train_path: str, out: str, record_path: str | No
         result = promote(train["checkpoint"], plan.checkpoints_dir, plan.config.checkpoint.keep)
     if result["kind"] != store.MIRROR and not plan.config.evaluate:   # a script's checkpoints are its own format
         result["weights"] = write_weights(result)
-        fast = run_dir(fast_root(plan.roots.tmp_shared).path, plan.run) / "checkpoints"
+        fast = lambda: fast_run_dir(plan.roots.tmp_shared, plan.run) / "checkpoints"   # noqa: E731
         if best := promote_best(result, plan.checkpoints_dir, plan.config.checkpoint.keep, fast, plan.run):
             result["best"] = {"path": best["path"], **result["best"], "sha256": best["sha256"],
                               "weights": write_weights(best, BEST_WEIGHTS)}

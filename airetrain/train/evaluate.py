@@ -99,18 +99,21 @@ class Evaluator:
             if self.last is not None and self.last[0] == s.position.step:
                 return self.last[1]
             return self._run()[0]
-        t0 = efficiency.now(s.d.device)
-        evaluation = evaluate(s.par, s.objective, s.data.test_set, s.d, s.plan.precision, self.heartbeat)
-        self.seconds += efficiency.now(s.d.device) - t0
-        return evaluation
+        return self._timed(s.data.test_set)[0]
 
-    def _run(self) -> tuple[dict | None, float]:
-        """One evaluation, recorded: (its figures, its seconds)."""
+    def _timed(self, dataset) -> tuple[dict | None, float]:
+        """An evaluation of dataset, its time counted in this session's: (its figures, its seconds)."""
         s = self.s
         t0 = efficiency.now(s.d.device)
-        evaluation = evaluate(s.par, s.objective, s.data.eval_set, s.d, s.plan.precision, self.heartbeat)
+        evaluation = evaluate(s.par, s.objective, dataset, s.d, s.plan.precision, self.heartbeat)
         spent = efficiency.now(s.d.device) - t0
         self.seconds += spent
+        return evaluation, spent
+
+    def _run(self) -> tuple[dict | None, float]:
+        """One evaluation of the evaluation split, recorded: (its figures, its seconds)."""
+        s = self.s
+        evaluation, spent = self._timed(s.data.eval_set)
         self.count += evaluation is not None
         self.last = (s.position.step, evaluation)
         self.progress.evaluated(s.position.step, s.position.epoch, evaluation)

@@ -225,7 +225,7 @@ def test_keep_never_prunes_the_best_checkpoint_and_promote_best_verifies_it(tmp_
     (durable / "step-00000020.pt").unlink()
     (durable / store.MANIFEST).write_text(__import__("json").dumps(manifest))
     resumed = {**final, "source": final["path"]}
-    assert promote_best(resumed, durable, keep=1, fast_dir=fast, run="t")["mode"] == "copied"
+    assert promote_best(resumed, durable, keep=1, fast_dir=lambda: fast, run="t")["mode"] == "copied"
     (fast / "step-00000020.pt").unlink()
     (durable / "step-00000020.pt").unlink()
     for d in (fast, durable):
@@ -233,7 +233,7 @@ def test_keep_never_prunes_the_best_checkpoint_and_promote_best_verifies_it(tmp_
         m["checkpoints"] = [e for e in m["checkpoints"] if e["step"] != 20]
         (d / store.MANIFEST).write_text(__import__("json").dumps(m))
     with pytest.raises(CheckpointError) as lost:
-        promote_best(resumed, durable, keep=1, fast_dir=fast, run="t")
+        promote_best(resumed, durable, keep=1, fast_dir=lambda: fast, run="t")
     assert str(lost.value) == (f"the best checkpoint (step 20, eval_loss 0.5) is in none of {durable}, {fast}: no copy "
                                "of it is left to promote. To train run t again from step 0: airetrain restart t")
     assert promote_best({"step": 40, "path": str(durable / "step-00000040.pt")}, durable) is None
