@@ -9,6 +9,8 @@ maps its modules):
     train/           training under torchrun, its launch, and script mode
     checkpoint/      checkpoints saved, promoted to scratch and resumed
     report/          the efficiency report, the results table, `airetrain status`
+    tracking/        W&B and MLflow: the trainer's figures sent, one tracker run per run (shared: the trainer,
+                     the promote step and `airetrain sync` use it)
     workflow/        the Snakemake workflow, shipped in the package: Snakefile, rules, schema, profiles
 
 The commands (they may import anything):

@@ -227,6 +227,12 @@ def _restart(args) -> None:
           if removed else "nothing removed")
 
 
+def _sync(args) -> None:
+    from .tracking.sync import sync
+
+    sync(_load_plans(args.configfile), args.runs, args.dry_run, args.timeout)
+
+
 def _compare(args) -> None:
     from .report.compare import compare, format_compare
 
@@ -352,6 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="do not ask")
     p.add_argument("runs", nargs="+")
     p.set_defaults(func=_restart)
+    p = sub.add_parser("sync", help="upload the runs' offline W&B sessions not uploaded yet (on the login node)")
+    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
+    p.add_argument("--dry-run", action="store_true", help="list what would be uploaded")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds one W&B run's upload may take")
+    p.add_argument("runs", nargs="*", help="the runs (default: all)")
+    p.set_defaults(func=_sync)
 
     p = sub.add_parser("compare", help="the config keys that differ between runs (or groups), and their figures")
     p.add_argument("--results", default="results")

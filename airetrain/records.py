@@ -106,6 +106,9 @@ class Plan:
     torchrun: Doc[list, "torchrun's arguments"]
     group: Doc[str, "the runs whose configs are equal but for train.seed: the run name without its seed part "
                     "(results.md averages them)"] = ""
+    sweep: Doc[dict, "the dotted config keys (train.seed aside) in which this run differs from the others planned "
+                     "with it, and its values: its sweep point, as the results table and the trackers name it"] = \
+        dataclasses.field(default_factory=dict)
     evaluates: Doc[Optional[dict], "an evaluation run (evaluate:): the run whose weights it evaluates (run, which), "
                                    "and that run's data section and dataset, for the plan step's shape check; "
                                    "none: a training run"] = None
@@ -206,6 +209,10 @@ class TrainRecord(TypedDict):
     checkpoint_writer_reason: Doc[str, "why: checkpoint.writer or .async, or what auto found (free cores, a GPU)"]
     checkpoint_stall_s_mean: Doc[Optional[float], "seconds training waited per save"]
     checkpoint_final_wait_s: Doc[float, "the last save's background tail, outside train_seconds"]
+    tracking: NotRequired[Doc[dict, "each tracker the run logs to (wandb, mlflow): its run's ids (W&B id, project, "
+                                    "mode; MLflow run_id, experiment, url), and this session's figures logged, skipped "
+                                    "(the tracker held them already: a resumed session's repeat) and lost, with "
+                                    "the first error"]]
 
 
 class StopRecord(TypedDict):
@@ -254,6 +261,8 @@ class RunRecord(TypedDict):
     checkpoint: Doc[Optional[dict], "the final checkpoint"]
     code: NotRequired[Doc[Optional[dict], "the code the run ran, captured at its first launch: fingerprint, path, "
                                           "files and their sha256s, bytes, airetrain's version and commit"]]
+    tracking: NotRequired[Doc[dict, "each tracker's end of the run (its summary, the job ids and the weights' paths "
+                                    "sent): ended, and the error where it could not be"]]
 
 
 RECORDS = {"plan.json": Plan, "stage.json": StageRecord, "train.json": TrainRecord,

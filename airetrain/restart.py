@@ -4,7 +4,8 @@ A finished run's newest checkpoint is its end: run again, it resumes there and t
 retrain it, its checkpoints go (on scratch and on the fast root this shell sees; a job's own fast
 root is purged when the job ends), with its captured code, the copy of its finished record on
 scratch and its results directory. Its history (history.jsonl, sessions, stops) stays: it is what
-right-sizing learns from. Nothing outside the run's own directories is touched.
+right-sizing learns from. Its tracker run (W&B, MLflow) is kept and marked superseded: the retraining
+starts a new one, and tags the old one so. Nothing outside the run's own directories is touched.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from .records import Plan
 from .roots import fast_run_dir, is_under
 from .text import did_you_mean
+from .tracking.identity import supersede
 
 TRAINED = "train.json"   # the finished run's record, kept on scratch beside its checkpoints
 
@@ -56,4 +58,6 @@ def restart(plans: dict[str, Plan], names: list[str], results: Path, confirm) ->
             shutil.rmtree(path)
         else:
             path.unlink()
+    for name in names:
+        supersede(plans[name].durable_dir)
     return paths

@@ -49,6 +49,7 @@ class Site(_Record):
     mem_gb_per_node: float
     fast_root_max_files: int
     fast_root_max_gb: float
+    compute_nodes_online: bool
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,27 @@ class Slurm(_Record):
 
 
 @dataclass(frozen=True)
+class WandbTracking(_Record):
+    # defaults here, not in the schema: Snakemake's validate cannot fill keys under an option that is null
+    project: str
+    entity: str | None = None
+    mode: str = "offline"
+
+
+@dataclass(frozen=True)
+class MlflowTracking(_Record):
+    tracking_uri: str
+    experiment: str = "airetrain"
+
+
+@dataclass(frozen=True)
+class Tracking(_Record):
+    wandb: WandbTracking | None
+    mlflow: MlflowTracking | None
+    log_weights: str
+
+
+@dataclass(frozen=True)
 class RunConfig(_Record):
     """One run, every key filled in."""
     device: str
@@ -210,6 +232,7 @@ class RunConfig(_Record):
     checkpoint: Checkpoint
     code: Code
     slurm: Slurm
+    tracking: Tracking
 
 
 @dataclass(frozen=True)

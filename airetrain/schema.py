@@ -7,6 +7,7 @@ against it, the typed records of run_config.py are checked against it by a test.
 from __future__ import annotations
 
 import copy
+import json
 import functools
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,24 @@ def deep_merge(base: dict, override: dict) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """A config under dotted keys (optim.lr), as `airetrain compare`, the results table and the trackers
+    show it."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def differing(configs: dict[str, dict]) -> dict[str, dict]:
+    """{name: {dotted key: value}}: the keys (train.seed aside) in which the configs differ from each
+    other: a sweep's keys, as the results table names its groups and a tracker tags its runs."""
+    flat = {name: {k: v for k, v in flatten(config).items() if k != "train.seed"} for name, config in configs.items()}
+    keys = sorted({k for f in flat.values() for k in f})
+    differ = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flat.values()}) > 1]
+    return {name: {k: f.get(k) for k in differ} for name, f in flat.items()}

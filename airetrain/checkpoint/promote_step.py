@@ -1,12 +1,15 @@
 """The promote step: what `airetrain promote` does at the end of a run's SLURM job."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from . import store
 from .promote import promote, promote_best
 from .weights import BEST_WEIGHTS, write_weights
 from ..records import CheckpointRecord, Plan, RunRecord, TrainRecord, read_record, write_record
 from ..roots import fast_run_dir
 from ..run_log import run_record
+from ..tracking import ending, trackers
 
 
 def evaluated(plan: Plan) -> dict:
@@ -32,8 +35,11 @@ def promote_run(plan_path: str, train_path: str, out: str, record_path: str | No
             result["best"] = {"path": best["path"], **result["best"], "sha256": best["sha256"],
                               "weights": write_weights(best, BEST_WEIGHTS)}
     write_record(out, CheckpointRecord, result)
+    record = run_record(plan, train, project_dir)
+    if trackers.named(plan):   # after the checkpoints are durable: a tracker's failure costs them nothing
+        record["tracking"] = ending.end(plan, train, result, record["slurm_job_ids"], Path(project_dir))
     if record_path:
-        write_record(record_path, RunRecord, run_record(plan, train, project_dir))
+        write_record(record_path, RunRecord, record)
     lines = [f"promoted {result['path']} ({result['size']} bytes, sha256 {result['sha256'][:12]}…): {result['mode']}"]
     if "weights" in result:
         lines.append(f"weights: {result['weights']['path']} ({result['weights']['size']} bytes, safetensors)")

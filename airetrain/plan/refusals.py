@@ -15,6 +15,7 @@ from ..records import Script
 from ..roots import Root, is_under
 from ..run_config import RunConfig, Settings, Site
 from ..shards import INDEX
+from ..tracking.names import PACKAGES, uri_problem
 from .config import SLURM_NAME
 
 
@@ -189,3 +190,26 @@ def forecast(name: str, run: RunConfig) -> None:
         problems.append(f"runs.{name}.forecast.choose = {run.forecast.choose} needs forecast.gpus, the GPU counts "
                         "to choose from, e.g. [3, 6]")
     refuse(name, problems)
+
+
+def tracking(name: str, run: RunConfig, site: Site, problems: list[str]) -> list[str]:
+    """Trackers: each one's package installed (they are optional extras), an MLflow URI that is a
+    server or a store without a password; warnings for online W&B where the compute nodes reach no
+    internet, and for a script (it logs to its own tracker)."""
+    import importlib.util
+
+    t, warnings = run.tracking, []
+    for tracker, cfg in (("wandb", t.wandb), ("mlflow", t.mlflow)):
+        if cfg is not None and importlib.util.find_spec(PACKAGES[tracker]) is None:
+            problems.append(f"runs.{name}.tracking.{tracker} needs the {PACKAGES[tracker]} package, which is not "
+                            f"installed here: pip install 'airetrain[{tracker}]'")
+    if t.mlflow is not None and (why := uri_problem(t.mlflow.tracking_uri)):
+        problems.append(f"runs.{name}.tracking.mlflow.tracking_uri = {t.mlflow.tracking_uri!r} is refused: {why}")
+    if t.wandb is not None and t.wandb.mode == "online" and not site.compute_nodes_online:
+        warnings.append(f"run {name}: tracking.wandb.mode is online, but this site's compute nodes reach no internet "
+                        "(site.compute_nodes_online: false): use mode: offline, and `airetrain sync` on the login "
+                        "node uploads the runs")
+    if (t.wandb or t.mlflow) and run.train.script:
+        warnings.append(f"run {name}: tracking is the built-in trainer's; train.script runs your own script, "
+                        "which logs to a tracker itself")
+    return warnings

@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 from ..text import did_you_mean
-from .results import flat_keys, group_rows, metric_columns, run_rows
+from ..schema import flatten
+from .results import group_rows, metric_columns, run_rows
 
 
 def compare(results: Path, names: list[str]) -> dict:
@@ -25,7 +26,7 @@ def compare(results: Path, names: list[str]) -> dict:
                           f"{', '.join(known) or 'none in ' + str(results)}; groups: {', '.join(sorted(by_group))}")
     configs = {n: by_run[n]["config"] if n in by_run else next(r["config"] for r in rows if r["group"] == n)
                for n in names}
-    flat = {n: {k: v for k, v in flat_keys(c).items()} for n, c in configs.items()}
+    flat = {n: {k: v for k, v in flatten(c).items()} for n, c in configs.items()}
     keys = sorted({k for f in flat.values() for k in f})
     differ = {k: {n: flat[n].get(k) for n in names} for k in keys
               if len({json.dumps(flat[n].get(k), sort_keys=True) for n in names}) > 1}

@@ -16,27 +16,14 @@ from pathlib import Path
 import pandas as pd
 
 from ..fsutil import read_json
+from ..schema import differing
 from .collection import evaluates_label
-
-
-def flat_keys(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            out.update(flat_keys(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def differing_keys(configs: dict[str, dict]) -> dict[str, str]:
     """{group: "key=value, ..."}: the resolved config keys (train.seed aside) in which the groups
     differ from each other."""
-    flat = {group: {k: v for k, v in flat_keys(config).items() if k != "train.seed"}
-            for group, config in configs.items()}
-    keys = sorted({k for f in flat.values() for k in f})
-    differ = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flat.values()}) > 1]
-    return {group: ", ".join(f"{k}={f.get(k)}" for k in differ) for group, f in flat.items()}
+    return {group: ", ".join(f"{k}={v}" for k, v in keys.items()) for group, keys in differing(configs).items()}
 
 
 def _time_to_best(run_dir: Path, best_step: int | None) -> float | None:

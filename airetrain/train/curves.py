@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TAGS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "samples_per_s": "train/samples_per_s",
-        "data_wait_frac": "train/data_wait_frac", "gpu_util": "gpu/util_percent", "gpu_mem_gb": "gpu/mem_gb"}
+from ..tracking.names import tag
 
 
 class Curves:
@@ -20,12 +19,12 @@ class Curves:
         self.writer = SummaryWriter(str(logdir), purge_step=resumed_step + 1)
 
     def log(self, step: int, figures: dict) -> None:
-        """The figures of one log line (train/...), and eval_<name> as eval/<name>; flushed, so a kill
+        """The figures of one log line under the trackers' names (train/loss, eval/<name>); flushed, so a kill
         loses nothing logged."""
         for key, value in figures.items():
-            tag = TAGS.get(key) or (f"eval/{key[5:]}" if key.startswith("eval_") else None)
-            if tag and value is not None:
-                self.writer.add_scalar(tag, value, step)
+            name = tag(key)
+            if name and value is not None:
+                self.writer.add_scalar(name, value, step)
         self.writer.flush()
 
     def close(self) -> None:

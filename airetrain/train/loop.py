@@ -23,6 +23,8 @@ from ..checkpoint.manager import Checkpointer
 from ..fsutil import write_json_atomic
 from ..records import STOPPED, Plan, StageRecord, StopRecord, TrainRecord, read_record, write_record
 from ..restart import trained_record_path
+from ..tracking import trackers
+from ..tracking.sender import Sender
 from . import efficiency, finetune, session, summary, watchdog
 from .curves import Curves
 from .deadline import Stopper
@@ -57,6 +59,7 @@ class Trainer:
     progress: Progress              # log lines, metrics.jsonl, TensorBoard curves
     watchdog: Watchdog | Off        # hangs: every rank's heartbeat
     gpu: efficiency.GpuSampler      # this rank's GPU use, sampled while it trains
+    tracker: Sender | None          # rank 0: W&B and MLflow, sent from a thread (tracking.trackers)
     hosts: list[str]                # every rank's host
     out: Path                       # results/<run>: train.json, metrics.jsonl, STOPPED
 
@@ -157,9 +160,10 @@ def set_up(plan: Plan, staged: StageRecord, out: Path) -> Trainer:
                  d.world_size, s.data.steps_per_epoch, plan.config.train.epochs, b.global_, b.per_device,
                  d.world_size, b.grad_accum, plan.precision)
     gpu = efficiency.GpuSampler(d.device)
-    progress = progress_of(s, gpu, out)
+    tracker = trackers.start(plan, Path.cwd()) if d.is_main else None   # the workflow's folder: the project
+    progress = progress_of(s, gpu, out, tracker)
     return Trainer(s, ckpt, Stopper(d.is_main, 60 * plan.config.checkpoint.stop_margin_min),
-                   Evaluator(s, progress, hang.beat), progress, hang, gpu, hosts, out)
+                   Evaluator(s, progress, hang.beat), progress, hang, gpu, tracker, hosts, out)
 
 
 def init_source(plan: Plan, d: Dist) -> tuple[Path, str] | None:
@@ -176,12 +180,13 @@ def init_source(plan: Plan, d: Dist) -> tuple[Path, str] | None:
     return path, found[0]
 
 
-def progress_of(s: Session, gpu: efficiency.GpuSampler, out: Path) -> Progress:
-    """This session's log lines, metrics.jsonl and (rank 0) TensorBoard curves."""
+def progress_of(s: Session, gpu: efficiency.GpuSampler, out: Path, tracker: Sender | None) -> Progress:
+    """This session's log lines, metrics.jsonl and (rank 0) TensorBoard curves and trackers."""
     curves = Curves(out / "tensorboard", s.position.step) if s.d.is_main and s.plan.config.train.tensorboard \
         else None
     return Progress(s.d, s.plan, s.total_steps, out / "metrics.jsonl", curves,
-                    lambda: {"lr": s.optimizer.param_groups[0]["lr"], **gpu.latest()}, start_step=s.position.step)
+                    lambda: {"lr": s.optimizer.param_groups[0]["lr"], **gpu.latest()}, start_step=s.position.step,
+                    tracker=tracker)
 
 
 def finish(t: Trainer, stopped: str | None) -> None:
@@ -194,6 +199,8 @@ def finish(t: Trainer, stopped: str | None) -> None:
     saved = t.checkpointer.finish()
     final_wait_s = efficiency.now(d.device) - progress.t_start - train_s
     if stopped:
+        if t.tracker:
+            log.info("tracking until the stop: %s", trackers.closed(t.tracker))
         if d.is_main:
             write_record(out / STOPPED, StopRecord, {"reason": stopped, "step": step, "of_steps": s.total_steps,
                                                     "checkpoint": saved, "time": time.time()})
@@ -203,9 +210,10 @@ def finish(t: Trainer, stopped: str | None) -> None:
         gpu_figures = t.gpu.summary()
         evaluation = t.evaluator.final()
         figures = summary.gathered_figures(d, progress, gpu_figures)
+        tracked = t.tracker and trackers.closed(t.tracker)   # every figure is queued: sent, or counted lost
         if d.is_main:
             record = summary.train_record(s, progress, t.checkpointer, summary.Finish(
-                train_s, final_wait_s, figures, evaluation, t.hosts, t.evaluator.seconds, t.evaluator.count))
+                train_s, final_wait_s, figures, evaluation, t.hosts, t.evaluator.seconds, t.evaluator.count, tracked))
             if kept := summary.already_trained(s.plan, record):
                 log.info("already trained: %s resumed at its last step (%d) and trained nothing; train.json keeps "
                          "its training's figures (airetrain restart %s trains it again from step 0)",

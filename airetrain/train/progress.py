@@ -26,10 +26,12 @@ class Progress:
     `step_done`, whose loss average is a collective)."""
 
     def __init__(self, d: process_group.Dist, plan: Plan, total_steps: int, metrics_path: Path, curves=None,
-                 extra=lambda: {}, start_step: int = 0):
-        """curves: where rank 0 also draws each line (curves.Curves, TensorBoard); extra: figures for the
-        curves only, read at each log line (the learning rate, the GPU's latest sample)."""
+                 extra=lambda: {}, start_step: int = 0, tracker=None):
+        """curves: where rank 0 also draws each line (curves.Curves, TensorBoard), closed with it; tracker:
+        where rank 0 also sends it (tracking's Sender, closed by the loop); extra: figures for the curves
+        and the tracker only, read at each log line (the learning rate, the GPU's latest sample)."""
         self.d, self.total_steps, self.curves, self.extra = d, total_steps, curves, extra
+        self.sinks = [sink for sink in (curves, tracker) if sink is not None]
         self.global_batch = plan.batch.global_
         self.log_every = plan.config.train.log_every_steps
         self.file = open(metrics_path, "a") if d.is_main else None
@@ -91,8 +93,10 @@ class Progress:
                     # the logged step's, before clipping (the same on every rank)
                     "grad_norm": None if self.grad_norm is None else self.grad_norm.item(),
                     "data_wait_frac": self.wait_s / self.step_s, "elapsed_s": elapsed, "time": time.time()}
-            if self.curves:
-                self.curves.log(step, {**line, **self.extra()})
+            if self.sinks:
+                figures = {**line, **self.extra()}
+                for sink in self.sinks:
+                    sink.log(step, figures)
             if step == self.total_steps:   # written with the evaluation's figures, once they are known
                 self._last = line
             else:
@@ -115,8 +119,8 @@ class Progress:
             return
         figures = {"eval_loss": evaluation["loss"],
                    **{f"eval_{name}": value for name, value in evaluation["metrics"].items()}}
-        if self.curves:
-            self.curves.log(step, figures)
+        for sink in self.sinks:
+            sink.log(step, figures)
         if self._last is not None and self._last["step"] == step:
             self._last.update(figures)
         else:

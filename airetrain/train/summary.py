@@ -61,6 +61,7 @@ class Finish:
     hosts: list[str]             # every rank's host
     eval_s: float = 0.0          # seconds of this session's evaluations, outside train_s
     evaluations: int = 0         # evaluations this session made
+    tracking: dict | None = None  # each tracker's run ids and figures logged, skipped and lost (tracking.trackers)
 
 
 def already_trained(plan, record: TrainRecord) -> TrainRecord | None:
@@ -140,4 +141,5 @@ def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end:
         checkpoint_writer_reason=checkpoints.path.reason,
         checkpoint_stall_s_mean=round(sum(stalls) / len(stalls), 4) if stalls else None,
         checkpoint_final_wait_s=round(end.final_wait_s, 3),
+        **({"tracking": end.tracking} if end.tracking else {}),
     )

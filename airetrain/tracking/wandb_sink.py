@@ -1,0 +1,88 @@
+"""Weights & Biases. Offline by default: Aire's compute nodes reach no internet, so each session writes
+its files under the run's durable directory on scratch (never the fast root, which dies with the job),
+and `airetrain sync` uploads them from the login node as one W&B run.
+
+Every session of a run opens the same run id (identity.py). W&B drops a step lower than its run's
+current one, so figures are logged at their training step, and a resumed session first reads what
+the earlier sessions' files hold (wandb_files.py) and skips it. Online, the run resumes on the server,
+which says where it stands (starting_step).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..run_config import WandbTracking
+from .identity import Identity, directory
+from .opening import Opening
+from .wandb_files import last_steps
+
+
+def wandb_root(durable_dir: Path) -> Path:
+    """WANDB_DIR of a run: W&B writes its wandb/offline-run-* folders here."""
+    return directory(durable_dir) / "wandb"
+
+
+def settings(wandb, mode: str):
+    """W&B's settings for a session of the trainer: no console capture (the job's log has it), no
+    system sampling (the trainer samples the GPU), no git probing or code upload (the opening names
+    the project's commit and the captured code: a remote's URL may carry a token)."""
+    return wandb.Settings(mode=mode, console="off", x_disable_stats=True, disable_git=True, save_code=False,
+                          silent=True, x_disable_machine_info=True)
+
+
+class WandbSink:
+    name = "wandb"
+
+    def __init__(self, cfg: WandbTracking, identity: Identity, durable_dir: Path, opening: Opening,
+                 job_type: str = "train"):
+        self.cfg, self.identity, self.opening, self.job_type = cfg, identity, opening, job_type
+        self.root = wandb_root(durable_dir)
+        self.run = None
+
+    def open(self) -> dict[str, int]:
+        import wandb
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        run_id = self.identity.wandb_id
+        held = last_steps(self.root / "wandb", run_id) if self.cfg.mode == "offline" else {}
+        o = self.opening
+        self.run = wandb.init(project=self.cfg.project, entity=self.cfg.entity, id=run_id, name=o.run, group=o.group,
+                              job_type=self.job_type, dir=str(self.root), resume="allow", reinit="create_new",
+                              config={**o.config, "airetrain": o.tags}, settings=settings(wandb, self.cfg.mode))
+        if self.cfg.mode == "online" and self.run.starting_step:
+            held = {"*": self.run.starting_step - 1}
+        self.identity.set("wandb", id=run_id, project=self.cfg.project, entity=self.cfg.entity, mode=self.cfg.mode)
+        self._tag_superseded(wandb)
+        return held
+
+    def _tag_superseded(self, wandb) -> None:
+        """The runs of this run's earlier trainings, tagged `superseded`: a short offline session of each
+        (synced with it), or the server's run where online."""
+        for old in self.identity.superseded:
+            old_id = (old.get("wandb") or {}).get("id")
+            if old_id and not old.get("wandb_tagged"):
+                previous = wandb.init(project=self.cfg.project, entity=self.cfg.entity, id=old_id, dir=str(self.root),
+                                      resume="allow", reinit="create_new", tags=["superseded"],
+                                      config={"airetrain.superseded_by": self.identity.wandb_id},
+                                      settings=settings(wandb, self.cfg.mode))
+                previous.finish()
+        self.identity.mark_tagged("wandb")
+
+    def log(self, step: int, figures: dict[str, float]) -> None:
+        self.run.log(figures, step=step)
+
+    def end(self, summary: dict, params: dict, job_ids: list[str], artifacts: list[Path]) -> None:
+        """The run's end (the promote step): its summary, the weights' paths and sha256, the job ids."""
+        import wandb
+
+        self.run.summary.update(summary)
+        self.run.config.update(params, allow_val_change=True)
+        self.run.tags = tuple(dict.fromkeys([*(self.run.tags or ()), *(f"slurm:{j}" for j in job_ids)]))
+        for path in artifacts:
+            artifact = wandb.Artifact(f"{self.identity.wandb_id}-{path.stem}", type="model")
+            artifact.add_file(str(path))
+            self.run.log_artifact(artifact)
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.finish()
