@@ -124,6 +124,9 @@ def advise(row: dict) -> list[str]:
                     f"pack this dataset into shards and stage those: {pack_command(row['stage_source'])}")
     if wait is not None and wait > SCALING_BOUND:
         tips.append(f"more GPUs would not help: {wait:.0%} of step time is spent waiting for data")
+    for tracker, lost in (row.get("tracking_lost") or {}).items():
+        tips.append(f"tracking: {lost['lost']} figures did not reach {tracker} ({lost['error']}); training went on, "
+                    "and the run's metrics.jsonl and TensorBoard curves hold them all")
     return tips
 
 

@@ -171,6 +171,8 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
         if train.get("gpu_mem_peak_bytes"):
             row["gpu_mem_peak_mb"] = round(train["gpu_mem_peak_bytes"] / 2 ** 20, 1)
         row["memory_estimate"] = train.get("memory_estimate")
+        row["tracking_lost"] = {name: {"lost": t["lost"], "error": t["error"]}
+                                for name, t in (train.get("tracking") or {}).items() if t.get("lost")} or None
         row["next_request"] = next_request(run_dir, plan, row) if plan else None
     return row
 

@@ -30,7 +30,8 @@ def compare(results: Path, names: list[str]) -> dict:
     keys = sorted({k for f in flat.values() for k in f})
     differ = {k: {n: flat[n].get(k) for n in names} for k in keys
               if len({json.dumps(flat[n].get(k), sort_keys=True) for n in names}) > 1}
-    columns = [*metric_columns(rows), "best", "best_epoch", "samples_per_s", "gpu_hours"]
+    columns = [*metric_columns(rows), "best", "best_epoch", "samples_per_s", "gpu_hours",
+               *(["tracker"] if any(by_run.get(n, {}).get("tracker") for n in names) else [])]
     figures = {n: {c: (by_run.get(n) or by_group[n]).get(c) for c in columns} for n in names}
     return {"differs": differ, "figures": figures}
 

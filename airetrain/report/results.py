@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..fsutil import read_json
 from ..schema import differing
+from ..tracking.names import label
 from .collection import evaluates_label
 
 
@@ -59,7 +60,8 @@ def run_rows(results: Path, runs: list[str], efficiency: pd.DataFrame | None = N
                        best_epoch=best["epoch"] + 1 if best else None,
                        time_to_best_s=_time_to_best(run_dir, best.get("step")),
                        samples_per_s=train.get("steady_samples_per_s") or train.get("samples_per_s"),
-                       stopped_early=(train.get("stopped_early") or {}).get("step"))
+                       stopped_early=(train.get("stopped_early") or {}).get("step"),
+                       tracker=label(train.get("tracking")))
         hours = gpu_hours.get(run)
         row["gpu_hours"] = None if hours is None or (isinstance(hours, float) and math.isnan(hours)) else hours
         rows.append(row)

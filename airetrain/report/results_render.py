@@ -30,11 +30,13 @@ def results_markdown(groups: list[dict], runs: list[dict]) -> str:
                                 f"{g['n_finished']}/{g['n_planned']}", *(_figure(g, c) for c in shown),
                                 "" if g["gpu_hours"] is None else f"{g['gpu_hours']:.2f}", g["differs"]]
                                for g in groups])
+    tracked = any(r.get("tracker") for r in runs)   # the tracker runs (tracking:), where the config names one
     lines += ["", "Runs:", ""] + markdown_table(
-        ["run", "group", "finished", *metrics, "best", "best_epoch"],
+        ["run", "group", "finished", *metrics, "best", "best_epoch", *(["tracker"] if tracked else [])],
         [[r["run"], r["group"], "yes" if r["finished"] else "no",
           *("" if r.get(c) is None else f"{r[c]:.4g}" for c in [*metrics, "best"]),
-          "" if r.get("best_epoch") is None else str(r["best_epoch"])] for r in runs])
+          "" if r.get("best_epoch") is None else str(r["best_epoch"]),
+          *([r.get("tracker") or ""] if tracked else [])] for r in runs])
     lines += ["", "Each figure: the mean over a group's finished runs ± their sample standard deviation (n − 1), "
               "with the 95 % confidence interval of the mean (Student's t); n = 1: one run, no spread. best: the "
               "monitored metric's best value (checkpoint.monitor), best_epoch counted from 1; time_to_best_s: "

@@ -1,6 +1,10 @@
 """Rank 0's sending thread: each log line's figures are queued and sent to every tracker from a thread
 of their own, as the checkpoint writer saves, so that a tracker's call never holds a training step.
 
+A resumed session first sends what the trackers lack of the earlier sessions' figures (metrics.jsonl
+holds every line): a line a tracker had not yet written when its session was killed (W&B's offline
+file is flushed every few seconds, MLflow's queue may hold lines) would otherwise be a gap.
+
 A tracker that fails (a server that does not answer, a full disk, an exception in its library) is
 warned about once; its figures are then counted as lost while it cools down, and tried again after.
 Training never waits on it: a full queue counts the line as lost rather than blocking.
@@ -34,6 +38,12 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+def _points(figures: dict) -> dict[str, float]:
+    """The figures a tracker takes, under their names: numbers only."""
+    return {name: float(v) for k, v in figures.items()
+            if (name := tag(k)) and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def _short(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
 
@@ -43,8 +53,9 @@ class Sender:
     logged, skipped (the tracker held them already: a resumed session's repeat) and lost, and the
     first error."""
 
-    def __init__(self, sinks: list[Sink], capacity: int = CAPACITY):
-        self.sinks = sinks
+    def __init__(self, sinks: list[Sink], capacity: int = CAPACITY, backlog: list[tuple[int, dict]] = ()):
+        """backlog: figures of earlier sessions (step, figures), sent first where a tracker lacks them."""
+        self.sinks, self.backlog = sinks, [(step, points) for step, f in backlog if (points := _points(f))]
         self.counts = {s.name: {"logged": 0, "skipped": 0, "lost": 0, "error": None} for s in sinks}
         self.held: dict[str, dict[str, int]] = {s.name: {} for s in sinks}
         self._failed_at: dict[str, float | None] = {s.name: None for s in sinks}
@@ -55,8 +66,7 @@ class Sender:
         self.thread.start()
 
     def log(self, step: int, figures: dict) -> None:
-        points = {name: float(v) for k, v in figures.items()
-                  if (name := tag(k)) and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        points = _points(figures)
         if not points:
             return
         try:
@@ -103,6 +113,9 @@ class Sender:
                 self._open[sink.name] = True
             except Exception as error:   # a tracker's failure never reaches training
                 self._fail(sink, error, 0)
+        for item in self.backlog:
+            for sink in self.sinks:
+                self._send(sink, *item)
         while (item := self.queue.get()) is not _STOP:
             for sink in self.sinks:
                 self._send(sink, *item)

@@ -113,7 +113,12 @@ def upload(item: Upload, timeout_s: float) -> None:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
         raise ConfigError(f"wandb sync of run {item.run} ({item.run_id}) failed (exit {done.returncode}):\n{tail}\n"
                           "every offline file is kept: run airetrain sync again")
-    durable_dir = item.sessions[0].parents[3]
+    record_uploaded(item)
+
+
+def record_uploaded(item: Upload) -> None:
+    """Each session of item as uploaded, at its size now: a later call uploads only what is new."""
+    durable_dir = item.sessions[0].parents[3]   # <durable>/tracking/wandb/wandb/<session>
     uploaded = {**synced(durable_dir), **{s.name: size(s) for s in item.sessions}}
     write_json_atomic(directory(durable_dir) / SYNCED, uploaded)
 

@@ -4,6 +4,7 @@ Nothing here runs at the workflow's parse: the tracker run is created or continu
 first session that logs, and ended by the promote step."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..records import Plan
@@ -34,11 +35,28 @@ def sinks(plan: Plan, project_dir: Path, job_type: str = "train") -> list:
     return out
 
 
-def start(plan: Plan, project_dir: Path) -> Sender | None:
+def start(plan: Plan, project_dir: Path, metrics: Path, resumed_step: int) -> Sender | None:
     """The sending thread of this session (rank 0), opening the trackers in the background; None
-    where the run names none."""
+    where the run names none. metrics: the run's metrics.jsonl, whose lines up to resumed_step the
+    trackers are sent where they lack them."""
     found = sinks(plan, project_dir)
-    return Sender(found) if found else None
+    return Sender(found, backlog=backlog(metrics, resumed_step)) if found else None
+
+
+def backlog(metrics: Path, upto: int) -> list[tuple[int, dict]]:
+    """The figures of the earlier sessions' lines of metrics.jsonl at steps up to upto, one entry a step
+    (a step's log line and its evaluation's merged; a step logged again by a resume: its last line)."""
+    if not upto or not metrics.exists():
+        return []
+    by_step: dict[int, dict] = {}
+    for text in metrics.read_text().splitlines():
+        try:
+            line = json.loads(text)
+        except ValueError:
+            continue   # a line cut by a kill
+        if isinstance(line.get("step"), int) and 0 < line["step"] <= upto:
+            by_step[line["step"]] = {**by_step.get(line["step"], {}), **line}
+    return sorted(by_step.items())
 
 
 IDS = ("id", "project", "entity", "mode", "run_id", "experiment", "experiment_id", "url")

@@ -22,12 +22,16 @@ def wandb_root(durable_dir: Path) -> Path:
     return directory(durable_dir) / "wandb"
 
 
+FLUSH_S = 2.0   # W&B writes its offline file this often (its default, 15 s, is what a kill would lose)
+
+
 def settings(wandb, mode: str):
-    """W&B's settings for a session of the trainer: no console capture (the job's log has it), no
-    system sampling (the trainer samples the GPU), no git probing or code upload (the opening names
-    the project's commit and the captured code: a remote's URL may carry a token)."""
+    """W&B's settings for a session of the trainer: its file flushed every FLUSH_S, no console capture
+    (the job's log has it), no system sampling (the trainer samples the GPU), no git probing or code
+    upload (the opening names the project's commit and the captured code: a remote's URL may carry a
+    token)."""
     return wandb.Settings(mode=mode, console="off", x_disable_stats=True, disable_git=True, save_code=False,
-                          silent=True, x_disable_machine_info=True)
+                          silent=True, x_disable_machine_info=True, x_transaction_log_flush_interval=FLUSH_S)
 
 
 class WandbSink:

@@ -28,8 +28,8 @@ class Progress:
     def __init__(self, d: process_group.Dist, plan: Plan, total_steps: int, metrics_path: Path, curves=None,
                  extra=lambda: {}, start_step: int = 0, tracker=None):
         """curves: where rank 0 also draws each line (curves.Curves, TensorBoard), closed with it; tracker:
-        where rank 0 also sends it (tracking's Sender, closed by the loop); extra: figures for the curves
-        and the tracker only, read at each log line (the learning rate, the GPU's latest sample)."""
+        where rank 0 also sends it (tracking's Sender, closed by the loop); extra: figures read at each
+        log line (the learning rate, the GPU's latest sample)."""
         self.d, self.total_steps, self.curves, self.extra = d, total_steps, curves, extra
         self.sinks = [sink for sink in (curves, tracker) if sink is not None]
         self.global_batch = plan.batch.global_
@@ -92,11 +92,10 @@ class Progress:
                     "loss": self.loss, "samples_per_s": rate,
                     # the logged step's, before clipping (the same on every rank)
                     "grad_norm": None if self.grad_norm is None else self.grad_norm.item(),
-                    "data_wait_frac": self.wait_s / self.step_s, "elapsed_s": elapsed, "time": time.time()}
-            if self.sinks:
-                figures = {**line, **self.extra()}
-                for sink in self.sinks:
-                    sink.log(step, figures)
+                    "data_wait_frac": self.wait_s / self.step_s, "elapsed_s": elapsed, "time": time.time(),
+                    **self.extra()}
+            for sink in self.sinks:
+                sink.log(step, line)
             if step == self.total_steps:   # written with the evaluation's figures, once they are known
                 self._last = line
             else:

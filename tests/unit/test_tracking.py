@@ -1,0 +1,206 @@
+"""Trackers without training: the config's checks, the sending thread's rules, the tracker run's
+identity, W&B's offline files read back, and what `airetrain sync` would upload. The trackers with
+real training are tests/torchrun/test_tracking_resume.py's and the SLURM requeue test's."""
+import importlib.util
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from airetrain.errors import ConfigError
+from airetrain.plan.planner import plan_all
+from airetrain.tracking import identity, sender, sync, wandb_files
+from airetrain.tracking.names import is_secret, label, uri_problem, web_url
+
+from conftest import BIN, run
+from trackers import SECRETS
+
+
+def plan(tracking: dict, tmp_path: Path, site: dict | None = None, **run_cfg):
+    config = {"roots": {"scratch": str(tmp_path / "scratch")}, "site": site or {},
+              "runs": {"r": {"device": "cpu", "data": {"name": "synthetic"}, "tracking": tracking, **run_cfg}}}
+    return plan_all(config, env={"HOME": "/nonexistent"})["r"]
+
+
+def refusal(tracking: dict, tmp_path: Path) -> str:
+    with pytest.raises(ConfigError) as e:
+        plan(tracking, tmp_path)
+    return str(e.value)
+
+
+def test_the_plan_refuses_unknown_keys_names_and_uris_with_the_fix(tmp_path):
+    assert "unknown key 'projct' (did you mean 'project'?) in runs.r.tracking.wandb; allowed keys: entity, mode, " \
+           "project" in refusal({"wandb": {"projct": "x"}}, tmp_path)
+    assert "unknown key 'wanb' (did you mean 'wandb'?) in runs.r.tracking" in refusal({"wanb": {}}, tmp_path)
+    assert "runs.r.tracking.wandb.project = 'my project;rm' is not allowed: letters, digits" in \
+        refusal({"wandb": {"project": "my project;rm"}}, tmp_path)
+    assert "runs.r.tracking.wandb.mode = 'offlin' is not allowed (did you mean 'offline'?)" in \
+        refusal({"wandb": {"project": "p", "mode": "offlin"}}, tmp_path)
+    password = refusal({"mlflow": {"tracking_uri": "http://me:hunter2@login1:5000"}}, tmp_path)
+    assert "tracking_uri" in password and "MLFLOW_TRACKING_PASSWORD" in password
+    assert "hunter2" not in password.split("is refused")[1]   # the fix does not repeat it
+    assert "scheme 'ftp'" in refusal({"mlflow": {"tracking_uri": "ftp://login1/x"}}, tmp_path)
+
+
+def test_mlflow_uris_are_servers_or_sqlite_stores_and_carry_no_secret_or_shell():
+    assert uri_problem("http://login1:5000") is None and uri_problem("https://mlflow.leeds.ac.uk/lab") is None
+    assert uri_problem("sqlite:///mlflow.db") is None and uri_problem("sqlite:////scratch/me/mlflow.db") is None
+    for bad in ("http://login1:5000/$(id)", "http://a b", "http://u:p@h", "http://h?token=1", "sqlite:///", "file:/x",
+                "login1:5000"):
+        assert uri_problem(bad), bad
+    assert web_url("http://login1:5000/", "3", "abc") == "http://login1:5000/#/experiments/3/runs/abc"
+    assert web_url("sqlite:///m.db", "3", "abc") is None
+    assert label({"wandb": {"id": "r-1a2b", "project": "p"}, "mlflow": {"run_id": "9f", "url": None}}) == \
+        "W&B p/r-1a2b; MLflow 9f"
+    assert all(is_secret(name) for name in SECRETS) and not is_secret("WANDB_PROJECT")
+
+
+def test_a_tracker_not_installed_is_refused_with_its_pip_command(tmp_path, monkeypatch):
+    """This machine has both packages; the plan is asked as on one without wandb."""
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else found(name, *a))
+    message = refusal({"wandb": {"project": "p"}}, tmp_path)
+    assert "runs.r.tracking.wandb needs the wandb package" in message and "pip install 'airetrain[wandb]'" in message
+
+
+def test_online_wandb_where_compute_nodes_have_no_internet_plans_with_a_warning(tmp_path):
+    offline_site = plan({"wandb": {"project": "p", "mode": "online"}}, tmp_path)
+    assert any("use mode: offline, and `airetrain sync`" in w for w in offline_site.warnings)
+    online_site = plan({"wandb": {"project": "p", "mode": "online"}}, tmp_path, site={"compute_nodes_online": True})
+    assert not any("airetrain sync" in w for w in online_site.warnings)
+    assert plan({"wandb": {"project": "p"}}, tmp_path).config.tracking.wandb.mode == "offline"   # the default
+
+
+class Collecting:
+    """A tracker that keeps what it is sent; it holds steps up to 10 already, as after a killed session."""
+    name = "collecting"
+
+    def __init__(self, held=None, fail_at=()):
+        self.sent, self.held, self.fail_at, self.closed = [], held or {"train/loss": 10}, set(fail_at), False
+
+    def open(self):
+        return self.held
+
+    def log(self, step, figures):
+        if step in self.fail_at:
+            raise ConnectionError("the server did not answer")
+        self.sent.append((step, figures))
+
+    def close(self):
+        self.closed = True
+
+
+def test_the_sender_skips_what_the_tracker_holds_and_counts_what_a_failure_loses(monkeypatch):
+    monkeypatch.setattr(sender, "COOL_DOWN_S", 3600.0)   # after the failure, the rest is lost
+    good, failing = Collecting(), Collecting(fail_at={20})
+    failing.name = "failing"
+    s = sender.Sender([good, failing])
+    for step in (5, 10, 15, 20, 25):
+        s.log(step, {"loss": 1.0 / step, "of_steps": 30, "eta_s": 3.0, "eval_loss": None})
+    counts = s.close()
+    assert [step for step, _ in good.sent] == [15, 20, 25] and good.sent[0][1] == {"train/loss": 1 / 15}
+    assert counts["collecting"] == {"logged": 3, "skipped": 2, "lost": 0, "error": None}
+    assert [step for step, _ in failing.sent] == [15]
+    assert counts["failing"] == {"logged": 1, "skipped": 2, "lost": 2,
+                                 "error": "ConnectionError: the server did not answer"}
+    assert good.closed and failing.closed
+
+
+def test_a_tracker_that_hangs_never_holds_a_step_and_loses_only_what_it_could_not_send():
+    release = threading.Event()
+
+    class Hanging(Collecting):
+        def log(self, step, figures):
+            release.wait()
+            super().log(step, figures)
+
+    hanging = Hanging(held={})
+    s = sender.Sender([hanging], capacity=4)
+    started = time.perf_counter()
+    for step in range(1, 101):   # a hundred log lines into a queue of four: none waits
+        s.log(step, {"loss": 1.0})
+    assert time.perf_counter() - started < 5   # a bound to fail a blocking call, not a speed claim
+    counts = s.close(timeout_s=0.5)
+    release.set()
+    assert counts["collecting"]["lost"] >= 95 and counts["collecting"]["logged"] == 0
+
+
+def test_one_generation_per_training_and_a_restart_supersedes_it(tmp_path):
+    first = identity.Identity(tmp_path, "cnn-lr3e-4")
+    again = identity.Identity(tmp_path, "cnn-lr3e-4")
+    assert first.generation == again.generation and first.wandb_id == f"cnn-lr3e-4-{first.generation}"
+    first.set("mlflow", run_id="abc")
+    assert identity.supersede(tmp_path)
+    retrained = identity.Identity(tmp_path, "cnn-lr3e-4")
+    assert retrained.generation != first.generation and retrained.of("mlflow") == {}
+    assert [s["mlflow"]["run_id"] for s in retrained.superseded] == ["abc"]
+    retrained.mark_tagged("mlflow")
+    assert identity.Identity(tmp_path, "cnn-lr3e-4").superseded[0]["mlflow_tagged"] is True
+
+
+SESSION = """
+import sys, wandb
+run = wandb.init(project="p", id="r-0001", dir=sys.argv[1], mode="offline", resume="allow",
+                 config={"optim.lr": 0.001}, settings=wandb.Settings(console="off", x_disable_stats=True))
+for step in range(int(sys.argv[2]), int(sys.argv[3]) + 1):
+    run.log({"train/loss": 1.0 / step}, step=step)
+run.finish()
+"""
+
+
+def test_w_and_b_offline_files_are_read_back_and_a_torn_one_up_to_its_last_whole_record(tmp_path):
+    script = tmp_path / "session.py"
+    script.write_text(SESSION)
+    for first, last in ((1, 40), (41, 60)):
+        run([sys.executable, str(script), str(tmp_path), str(first), str(last)], env={"WANDB_SILENT": "true"})
+    folder = tmp_path / "wandb"
+    files = wandb_files.sessions(folder, "r-0001")
+    assert len(files) == 2
+    rows = [wandb_files.history(f) for f in files]
+    assert [r["_step"] for r in rows[0]] == list(range(1, 41)) and rows[1][-1] == {**rows[1][-1], "_step": 60}
+    assert rows[0][9]["train/loss"] == 1 / 10
+    assert wandb_files.last_steps(folder, "r-0001") == {"train/loss": 60}
+    assert wandb_files.config(files[0])["optim.lr"] == 0.001
+    torn = tmp_path / "torn.wandb"
+    data = files[0].read_bytes()
+    torn.write_bytes(data[:len(data) * 2 // 3])   # a kill mid-write
+    kept = wandb_files.history(torn)
+    assert 0 < len(kept) < 40 and [r["_step"] for r in kept] == list(range(1, len(kept) + 1))
+
+
+def test_sync_lists_what_is_not_uploaded_and_refuses_without_credentials_or_network(tmp_path, monkeypatch):
+    durable = tmp_path / "scratch" / "airetrain" / "r"
+    ident = identity.Identity(durable, "r")
+    ident.set("wandb", id="r-0001", project="p", entity=None, mode="offline")
+    root = durable / "tracking" / "wandb"
+    root.mkdir(parents=True)
+    (tmp_path / "session.py").write_text(SESSION)
+    run([sys.executable, str(tmp_path / "session.py"), str(root), "1", "5"], env={"WANDB_SILENT": "true"})
+    [item] = sync.pending("r", durable)
+    assert item.run_id == "r-0001" and len(item.sessions) == 1
+    plans = {"r": type("P", (), {"durable_dir": durable})()}
+    lines = []
+    assert sync.sync(plans, [], dry_run=True, out=lines.append) == 1 and "r: W&B run r-0001 in p, 1 session" in lines[0]
+    before = sorted(p for p in durable.rglob("*"))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))   # no ~/.netrc
+    with pytest.raises(ConfigError, match="no W&B credentials for api.wandb.ai: run `wandb login`"):
+        sync.sync(plans, ["r"])
+    monkeypatch.setenv("WANDB_API_KEY", SECRETS["WANDB_API_KEY"])
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")   # nothing listens: as a compute node's view
+    with pytest.raises(ConfigError, match="cannot be reached from here .* every offline file is kept"):
+        sync.sync(plans, ["r"])
+    assert sorted(p for p in durable.rglob("*")) == before   # nothing removed, nothing recorded as uploaded
+    sync.record_uploaded(item)   # what a successful upload records
+    assert sync.pending("r", durable) == []
+    run([sys.executable, str(tmp_path / "session.py"), str(root), "6", "9"], env={"WANDB_SILENT": "true"})
+    [grown] = sync.pending("r", durable)   # a later session: only it is uploaded next
+    assert [s.name for s in grown.sessions] != [s.name for s in item.sessions] and len(grown.sessions) == 1
+    with pytest.raises(ConfigError, match="unknown run 'q'"):
+        sync.sync(plans, ["q"])
+    assert shutil.which("wandb", path=str(BIN))   # the command sync runs is the environment's own
+    assert subprocess.run([str(BIN / "wandb"), "sync", "--help"], capture_output=True).returncode == 0
