@@ -12,7 +12,11 @@ from repeat to repeat (so that neither side always runs first):
 Each repeat's ratios against its plain run are the measurement; their median, mean and standard
 error state the noise. Goal: ratio >= 1.00.
 
-    python benchmarks/trainer.py [--repeats 8] [--epochs 2]
+With --tracking, two arms instead: airetrain as above, and airetrain logging every line to W&B
+(offline, its files on the same disk) and MLflow (a SQLite store on the same disk), every
+--log-every steps: the ratio is what tracking costs the training loop.
+
+    python benchmarks/trainer.py [--repeats 8] [--epochs 2] [--tracking --log-every 10]
 """
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ def plain(epochs: int, env: dict | None = None) -> float:
     return json.loads(out.strip().splitlines()[-1])["samples_per_s"]
 
 
-def ours(tmp: Path, epochs: int, optim: dict | None = None) -> float:
+def ours(tmp: Path, epochs: int, optim: dict | None = None, tracking: dict | None = None, log_every: int = 20) -> float:
     from airetrain.plan.planner import plan_all
     from airetrain.roots import Root
     from airetrain.records import Plan, StageRecord, write_record
@@ -53,15 +57,16 @@ def ours(tmp: Path, epochs: int, optim: dict | None = None) -> float:
               "runs": {"bench": {"processes": WORLD, "strategy": "ddp", "precision": "bf16", "model": MODEL,
                                  "data": {k: DATA[k] for k in ("name", "samples", "shape", "classes", "workers")},
                                  "batch": {"global": PER_DEVICE * WORLD, "per_device": PER_DEVICE},
-                                 "train": {"epochs": epochs, "log_every_steps": 20},
-                                 "checkpoint": {"every_epochs": 1000}, "optim": optim or {}}}}
+                                 "train": {"epochs": epochs, "log_every_steps": log_every},
+                                 "checkpoint": {"every_epochs": 1000}, "optim": optim or {},
+                                 "tracking": tracking or {}}}}
     plan = plan_all(config, env={"HOME": "/nonexistent"})["bench"]
     out = tmp / "results"
     for old in (tmp / "fast").rglob("*"):  # never resume: every repeat trains from scratch
         if old.is_file():
             old.unlink()
     for old in (tmp / "scratch").rglob("*"):
-        if old.is_file():
+        if old.is_file() and old.name != "mlflow.db":   # a tracked run's MLflow store stays, as a user's would
             old.unlink()
     write_record(out / "plan.json", Plan, plan)
     write_record(out / "stage.json", StageRecord, stage_record(None, Root(tmp / "fast", "config"), None))
@@ -81,11 +86,32 @@ def stats(values: list[float]) -> str:
     return f"median {statistics.median(values):.3f}{spread}"
 
 
+def tracking_arms(tmp: Path, repeats: int, epochs: int, log_every: int) -> None:
+    """airetrain with and without its trackers, back to back in a rotating order: the ratio per repeat."""
+    trackers = {"wandb": {"project": "bench"}, "mlflow": {"tracking_uri": f"sqlite:///{tmp / 'scratch' / 'mlflow.db'}"}}
+    arms = {"airetrain": None, "airetrain + W&B offline + MLflow": trackers}
+    rates: dict[str, list[float]] = {arm: [] for arm in arms}
+    names = list(arms)
+    for r in range(repeats):
+        for arm in names[r % 2:] + names[:r % 2]:
+            rates[arm].append(ours(tmp, epochs, tracking=arms[arm], log_every=log_every))
+        print(f"  repeat {r}: " + ", ".join(f"{arm} {rates[arm][-1]:.0f}" for arm in names) + " samples/s")
+    steps = epochs * DATA["samples"] // (PER_DEVICE * WORLD)
+    print(f"{repeats} repeats of {epochs} epochs ({steps} steps, a line every {log_every} steps)")
+    ratios = [x / y for x, y in zip(rates[names[1]], rates[names[0]])]
+    print(f"ratio tracked / untracked: {stats(ratios)}; per repeat " + ", ".join(f"{x:.3f}" for x in ratios))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--repeats", type=int, default=8)
     p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--tracking", action="store_true", help="airetrain with and without W&B and MLflow")
+    p.add_argument("--log-every", type=int, default=10, help="with --tracking: train.log_every_steps")
     args = p.parse_args()
+    if args.tracking:
+        with tempfile.TemporaryDirectory() as tmp:
+            return tracking_arms(Path(tmp), args.repeats, args.epochs, args.log_every)
     rates: dict[str, list[float]] = {arm: [] for arm in ARMS}
     names = list(ARMS)
     with tempfile.TemporaryDirectory() as tmp:

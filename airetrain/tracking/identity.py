@@ -7,6 +7,10 @@ by the run's first session) tells a retrained run's tracker run from the one bef
 is the run's name and that generation, so that it is chosen before anything is sent. MLflow
 chooses its own run ids: the run is found by its tag `airetrain.generation` where a session died
 between creating it and recording its id.
+
+A run whose training changes (another config, other start weights: another checkpoint fingerprint)
+trains from step 0 beside its old checkpoints: its tracker run is then a new one too, and the old
+one superseded, as after a restart.
 """
 from __future__ import annotations
 
@@ -28,12 +32,20 @@ def directory(durable_dir: Path) -> Path:
 class Identity:
     """The run's tracker ids, read from (and written to) <durable_dir>/tracking/run.json."""
 
-    def __init__(self, durable_dir: Path, run: str):
+    def __init__(self, durable_dir: Path, run: str, fingerprint: str | None = None):
+        """fingerprint: the checkpoints' of this session (the trainer's); one that differs from the
+        recorded one starts a new tracker run. None (the promote step): the recorded run."""
         self.path = directory(durable_dir) / RECORD
         self.run = run
         self.data = read_json(self.path) if self.path.exists() else {}
+        if fingerprint and self.data.get("fingerprint") not in (None, fingerprint):
+            supersede(durable_dir)
+            self.data = read_json(self.path)
         if not self.data.get("generation"):
             self.data = {**self.data, "generation": secrets.token_hex(4), "created": time.time()}
+        if fingerprint and self.data.get("fingerprint") != fingerprint:
+            self.data = {**self.data, "fingerprint": fingerprint}
+        if self.data != (read_json(self.path) if self.path.exists() else None):
             self.save()
 
     @property

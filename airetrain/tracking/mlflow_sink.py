@@ -100,9 +100,14 @@ class MlflowSink:
         step, now = int(summary.get("steps") or 0), int(time.time() * 1000)
         numbers = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         metrics = [Metric(f"final/{k}", float(v), now, step) for k, v in numbers.items()]
+        # a param never changes in MLflow: a run trained further (more epochs) ends with other weights,
+        # which go into tags of the same names instead
+        logged = self.client.get_run(self.run_id).data.params
+        changed = {k: text(v) for k, v in params.items() if k in logged and logged[k] != text(v)}
         self.client.log_batch(self.run_id, metrics=metrics,
-                              params=[Param(k, text(v)[:MAX_PARAM]) for k, v in params.items()],
+                              params=[Param(k, text(v)[:MAX_PARAM]) for k, v in params.items() if k not in changed],
                               tags=[RunTag(f"final.{k}", text(v)) for k, v in summary.items() if k not in numbers]
+                              + [RunTag(k, v) for k, v in changed.items()]
                               + [RunTag("slurm.job_ids", ",".join(job_ids))])
         for path in artifacts:
             self.client.log_artifact(self.run_id, str(path), artifact_path="weights")

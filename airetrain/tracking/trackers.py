@@ -21,11 +21,12 @@ def named(plan: Plan) -> list[str]:
     return [name for name, cfg in (("wandb", t.wandb), ("mlflow", t.mlflow)) if cfg is not None]
 
 
-def sinks(plan: Plan, project_dir: Path, job_type: str = "train") -> list:
-    """A sink per tracker the run names, all of the run's one tracker run (created by the first)."""
+def sinks(plan: Plan, project_dir: Path, job_type: str = "train", fingerprint: str | None = None) -> list:
+    """A sink per tracker the run names, all of the run's one tracker run (created by the first);
+    fingerprint: the session's checkpoints' (identity.py)."""
     if not named(plan):
         return []
-    identity = Identity(plan.durable_dir, plan.run)
+    identity = Identity(plan.durable_dir, plan.run, fingerprint)
     opening = of_plan(plan, identity.generation, project_dir)
     t, out = plan.config.tracking, []
     if t.wandb is not None:
@@ -35,11 +36,11 @@ def sinks(plan: Plan, project_dir: Path, job_type: str = "train") -> list:
     return out
 
 
-def start(plan: Plan, project_dir: Path, metrics: Path, resumed_step: int) -> Sender | None:
+def start(plan: Plan, project_dir: Path, metrics: Path, resumed_step: int, fingerprint: str) -> Sender | None:
     """The sending thread of this session (rank 0), opening the trackers in the background; None
     where the run names none. metrics: the run's metrics.jsonl, whose lines up to resumed_step the
-    trackers are sent where they lack them."""
-    found = sinks(plan, project_dir)
+    trackers are sent where they lack them; fingerprint: the checkpoints' (a new one: a new tracker run)."""
+    found = sinks(plan, project_dir, fingerprint=fingerprint)
     return Sender(found, backlog=backlog(metrics, resumed_step)) if found else None
 
 

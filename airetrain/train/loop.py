@@ -161,7 +161,8 @@ def set_up(plan: Plan, staged: StageRecord, out: Path) -> Trainer:
                  d.world_size, b.grad_accum, plan.precision)
     gpu = efficiency.GpuSampler(d.device)
     # the workflow's folder is the project's; what earlier sessions logged, the trackers may lack
-    tracker = trackers.start(plan, Path.cwd(), out / "metrics.jsonl", s.position.step) if d.is_main else None
+    tracker = trackers.start(plan, Path.cwd(), out / "metrics.jsonl", s.position.step, ckpt.fingerprint) \
+        if d.is_main else None
     progress = progress_of(s, gpu, out, tracker)
     return Trainer(s, ckpt, Stopper(d.is_main, 60 * plan.config.checkpoint.stop_margin_min),
                    Evaluator(s, progress, hang.beat), progress, hang, gpu, tracker, hosts, out)

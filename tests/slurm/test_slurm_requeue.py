@@ -5,6 +5,8 @@ One Snakemake invocation runs three copies of the same training:
 - ref: the same training with time to spare (the uninterrupted result);
 - victim: cancelled with scancel mid-training; a second invocation resumes it, and only it;
 - script-stop: a user's own script (script mode) that stops at its deadline through airetrain.job.
+stop and ref also log to a real MLflow server on 127.0.0.1 and to W&B offline: a requeued run is one
+tracker run, each step once.
 
 stop and victim train at a second per step while the test holds them (tests/user_code.py's paced
 model, the same network as ref's), so that no machine is fast enough to finish them before their
@@ -24,6 +26,7 @@ import yaml
 from airetrain.run_log import stops
 from conftest import (assert_identical, ending_what_it_starts, flatten, make_plan, newest_step, read_json, run,
                       snakemake_cmd, spawn, wait_for, write_config)
+from trackers import MlflowServer, each_step_once, histories, wandb_sessions
 from test_slurm import SLURM_ARGS
 from user_code import write_ownlab
 from jobs import sbatch, state
@@ -58,9 +61,18 @@ def sessions(work, run_name):
 
 
 @pytest.fixture(scope="module")
-def interrupted(slurm_cluster, tmp_path_factory):
+def mlflow_server(tmp_path_factory):
+    started = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def interrupted(slurm_cluster, mlflow_server, tmp_path_factory):
     with ending_what_it_starts(slurm_cluster):
         work = tmp_path_factory.mktemp("requeue")
+        tracked = {"wandb": {"project": "requeue"}, "mlflow": {"tracking_uri": mlflow_server.url,
+                                                               "experiment": "requeue"}}
         hold = work / "hold"
         cfg = write_config(work / "config.yaml", {
             "roots": {"scratch": str(work / "scratch")},
@@ -70,8 +82,9 @@ def interrupted(slurm_cluster, tmp_path_factory):
                 # a step until then: its first session cannot finish; a later one, no longer held, can (on a
                 # slow machine after more than one: max_requeues leaves room for it)
                 "stop": {"model": PACED, "time_min": {"stage": 1, "train": 2, "promote": 1},
-                         "checkpoint": {"every_steps": 10, "stop_margin_min": 2.5, "max_requeues": 20}},
-                "ref": {"time_min": {"stage": 2, "train": 10, "promote": 2}},
+                         "checkpoint": {"every_steps": 10, "stop_margin_min": 2.5, "max_requeues": 20},
+                         "tracking": tracked},
+                "ref": {"time_min": {"stage": 2, "train": 10, "promote": 2}, "tracking": tracked},
                 "victim": {"model": PACED, "time_min": {"stage": 2, "train": 10, "promote": 2}},
                 # a second a step while held (150 s, longer than the session's 90 s): the same 4-minute job and
                 # margin stop it part-way
@@ -111,7 +124,7 @@ def interrupted(slurm_cluster, tmp_path_factory):
         # the profile's settings: resumes what did not finish, and trains "retried", stopped by a SIGTERM
         retried = retry_a_stop_the_job_cannot_requeue(work, cfg, env)
         return (work, env, victim_job, (work / "first.log").read_text(), (work / "second.log").read_text(), retried,
-                {row["run"]: row for row in status}, edited_at)
+                {row["run"]: row for row in status}, edited_at, mlflow_server)
 
 
 def retry_a_stop_the_job_cannot_requeue(work, cfg, env) -> str:
@@ -161,6 +174,34 @@ def test_a_job_at_its_time_limit_stops_requeues_itself_and_finishes_exactly(inte
     status = interrupted[6]["stop"]
     assert status["state"] != "done" and any(f.endswith("lab.py") for f in status["code_changed"]), status
     assert "code changed since this run started" in status["detail"]
+
+
+def test_a_requeued_run_is_one_tracker_run_each_step_once_ended_with_its_weights(interrupted):
+    """stop's sessions (a deadline stop, a requeue, a resume) logged to one MLflow run, every step once with
+    ref's values, and to one W&B run id; the promote step ended it with the summary, the job and the weights."""
+    work, server = interrupted[0], interrupted[8]
+    client = server.client()
+    stop, ref = (read_json(work / f"results/{name}/train.json")["tracking"] for name in ("stop", "ref"))
+    [found] = client.search_runs([stop["mlflow"]["experiment_id"]], "tags.`airetrain.run` = 'stop'")
+    assert found.info.run_id == stop["mlflow"]["run_id"] and found.info.status == "FINISHED"
+    assert found.info.run_name == "stop" and found.data.params["checkpoint.stop_margin_min"] == "2.5"
+    promoted = read_json(work / "results/stop/checkpoint.json")
+    assert found.data.params["weights.final.checkpoint_sha256"] == promoted["sha256"]
+    assert found.data.params["weights.final.safetensors"] == promoted["weights"]["path"]
+    job = sessions(work, "stop")[0]["slurm_job_id"]
+    assert found.data.tags["slurm.job_ids"] == job and found.data.metrics["final/steps"] == STEPS
+    resumed, reference = histories(client, found.info.run_id), histories(client, ref["mlflow"]["run_id"])
+    for name in ("train/loss", "eval/loss", "eval/accuracy", "train/lr"):
+        steps = [s for s, _ in resumed[name]]
+        assert steps == sorted(set(steps)) == [s for s, _ in reference[name]], name
+        assert [v for _, v in resumed[name]] == pytest.approx([v for _, v in reference[name]], rel=1e-5), name
+    assert len(sessions(work, "stop")) >= 2   # the requeue happened: more than one session, one tracker run
+    [(run_id, wandb)] = wandb_sessions(work / "scratch", "stop").items()
+    assert run_id == stop["wandb"]["id"] and len(wandb) >= 3   # the training's sessions, and the promote step's
+    assert each_step_once([row for rows in wandb for row in rows])["eval/loss"] == [s for s, _ in resumed["eval/loss"]]
+    compared = json.loads(run([sys.executable, "-m", "airetrain", "compare", "stop", "ref", "--json"], cwd=work,
+                              env=interrupted[1]).stdout)["figures"]
+    assert stop["mlflow"]["url"] in compared["stop"]["tracker"] and stop["wandb"]["id"] in compared["stop"]["tracker"]
 
 
 def test_after_scancel_a_new_invocation_resumes_only_the_cancelled_run(interrupted):

@@ -9,7 +9,8 @@ import pytest
 
 from airetrain.tracking import wandb_files
 
-from conftest import end_all, launch_training, newest_step, prepare_training, read_json, run, spawn, wait_for
+from conftest import (end_all, launch_training, make_plan, newest_step, prepare_training, read_json, run, spawn,
+                      wait_for)
 from trackers import SECRETS, MlflowServer, each_step_once, files_holding, histories, wandb_sessions
 from user_code import write_ownlab
 
@@ -131,3 +132,33 @@ def test_a_server_that_stops_mid_run_costs_figures_not_the_training(tmp_path):
     from airetrain.report.collection import run_row
     tips = advise(run_row(out))
     assert any(tip.startswith(f"tracking: {t['lost']} figures did not reach mlflow") for tip in tips), tips
+
+
+def test_a_restart_starts_a_new_tracker_run_and_tags_the_old_one_superseded(tmp_path, server):
+    """`airetrain restart` keeps the old tracker runs and marks them; the next training's first session
+    creates new ones and tags the old: MLflow's tags, and a W&B offline session of the old run id."""
+    from airetrain.restart import restart
+    from airetrain.tracking.sync import SESSION
+    from airetrain.tracking.trackers import sinks
+
+    plan = make_plan({"device": "cpu", "data": {"name": "synthetic"}, "tracking": tracked(server, "restart")}, tmp_path)
+
+    def session() -> dict:
+        found = sinks(plan, tmp_path, fingerprint="fp")
+        for sink in found:
+            sink.open()
+            sink.log(1, {"train/loss": 1.0})
+            sink.close()
+        return {sink.name: sink.identity.of(sink.name) for sink in found}
+
+    old = session()
+    (tmp_path / "results" / "t").mkdir(parents=True)
+    assert restart({"t": plan}, ["t"], tmp_path / "results", confirm=lambda paths: True)
+    new = session()
+    assert new["mlflow"]["run_id"] != old["mlflow"]["run_id"] and new["wandb"]["id"] != old["wandb"]["id"]
+    tags = server.client().get_run(old["mlflow"]["run_id"]).data.tags
+    assert tags["airetrain.superseded"] == "true" and tags["airetrain.superseded_by"] == new["mlflow"]["run_id"]
+    folder = tmp_path / "scratch" / "airetrain" / "t" / "tracking" / "wandb" / "wandb"
+    marked = wandb_files.sessions(folder, old["wandb"]["id"])
+    assert len(marked) == 2 and wandb_files.config(marked[-1])["airetrain.superseded_by"] == new["wandb"]["id"]
+    assert all(SESSION.match(p.parent.name) for p in marked)

@@ -142,6 +142,19 @@ def test_one_generation_per_training_and_a_restart_supersedes_it(tmp_path):
     assert identity.Identity(tmp_path, "cnn-lr3e-4").superseded[0]["mlflow_tagged"] is True
 
 
+def test_a_training_with_another_fingerprint_is_a_new_tracker_run(tmp_path):
+    """Another config (or other start weights) trains from step 0 beside the old checkpoints: a new
+    tracker run, the old one superseded; the same fingerprint (a kill before the first checkpoint,
+    a resume) and the promote step (no fingerprint) continue the recorded one."""
+    first = identity.Identity(tmp_path, "r", "fp-a")
+    assert identity.Identity(tmp_path, "r", "fp-a").generation == first.generation
+    assert identity.Identity(tmp_path, "r").generation == first.generation
+    changed = identity.Identity(tmp_path, "r", "fp-b")
+    assert changed.generation != first.generation
+    assert [s["generation"] for s in changed.superseded] == [first.generation]
+    assert identity.Identity(tmp_path, "r").generation == changed.generation
+
+
 SESSION = """
 import sys, wandb
 run = wandb.init(project="p", id="r-0001", dir=sys.argv[1], mode="offline", resume="allow",
