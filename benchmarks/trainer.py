@@ -73,7 +73,12 @@ def ours(tmp: Path, epochs: int, optim: dict | None = None, tracking: dict | Non
     subprocess.run([sys.executable, "-m", "airetrain", "launch", "--plan", str(out / "plan.json"), "--stage",
                     str(out / "stage.json"), "--out", str(out), "--script", str(TRAIN_SCRIPT)],
                    check=True, capture_output=True)
-    return json.loads((out / "train.json").read_text())["samples_per_s"]
+    return last_record(tmp)["samples_per_s"]
+
+
+def last_record(tmp: Path) -> dict:
+    """The train.json of the last run `ours` trained."""
+    return json.loads((tmp / "results" / "train.json").read_text())
 
 
 PLAIN_TUNED = "plain loop + allocator settings"
@@ -90,16 +95,22 @@ def tracking_arms(tmp: Path, repeats: int, epochs: int, log_every: int) -> None:
     """airetrain with and without its trackers, back to back in a rotating order: the ratio per repeat."""
     trackers = {"wandb": {"project": "bench"}, "mlflow": {"tracking_uri": f"sqlite:///{tmp / 'scratch' / 'mlflow.db'}"}}
     arms = {"airetrain": None, "airetrain + W&B offline + MLflow": trackers}
-    rates: dict[str, list[float]] = {arm: [] for arm in arms}
     names = list(arms)
+    # the whole run (the trackers' start-up included: MLflow's import, W&B's service), and the steps
+    # after the warm-up: what each logged step costs
+    rates = {(arm, fig): [] for arm in names for fig in ("samples_per_s", "steady_samples_per_s")}
     for r in range(repeats):
         for arm in names[r % 2:] + names[:r % 2]:
-            rates[arm].append(ours(tmp, epochs, tracking=arms[arm], log_every=log_every))
-        print(f"  repeat {r}: " + ", ".join(f"{arm} {rates[arm][-1]:.0f}" for arm in names) + " samples/s")
+            rates[arm, "samples_per_s"].append(ours(tmp, epochs, tracking=arms[arm], log_every=log_every))
+            rates[arm, "steady_samples_per_s"].append(last_record(tmp)["steady_samples_per_s"])
+        print(f"  repeat {r}: " + ", ".join(f"{arm} {rates[arm, 'samples_per_s'][-1]:.0f} "
+                                            f"(steady {rates[arm, 'steady_samples_per_s'][-1]:.0f})" for arm in names)
+              + " samples/s")
     steps = epochs * DATA["samples"] // (PER_DEVICE * WORLD)
     print(f"{repeats} repeats of {epochs} epochs ({steps} steps, a line every {log_every} steps)")
-    ratios = [x / y for x, y in zip(rates[names[1]], rates[names[0]])]
-    print(f"ratio tracked / untracked: {stats(ratios)}; per repeat " + ", ".join(f"{x:.3f}" for x in ratios))
+    for fig in ("samples_per_s", "steady_samples_per_s"):
+        ratios = [x / y for x, y in zip(rates[names[1], fig], rates[names[0], fig])]
+        print(f"ratio tracked / untracked, {fig}: {stats(ratios)}; per repeat " + ", ".join(f"{x:.3f}" for x in ratios))
 
 
 def main() -> None:

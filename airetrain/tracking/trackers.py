@@ -36,6 +36,25 @@ def sinks(plan: Plan, project_dir: Path, job_type: str = "train", fingerprint: s
     return out
 
 
+def preload(plan: Plan) -> None:
+    """Import the run's trackers' packages (MLflow's takes seconds) and start W&B's service in a thread,
+    while the trainer sets up, so that the training's first steps do not share the cores with them."""
+    import importlib
+    import threading
+
+    def load() -> None:
+        try:
+            for name in named(plan):
+                importlib.import_module("mlflow.tracking" if name == "mlflow" else name)
+                if name == "wandb":
+                    importlib.import_module("wandb").setup()
+        except Exception:   # the sending thread meets it again, and counts it
+            pass
+
+    if named(plan):
+        threading.Thread(target=load, name="airetrain-tracking-preload", daemon=True).start()
+
+
 def start(plan: Plan, project_dir: Path, metrics: Path, resumed_step: int, fingerprint: str) -> Sender | None:
     """The sending thread of this session (rank 0), opening the trackers in the background; None
     where the run names none. metrics: the run's metrics.jsonl, whose lines up to resumed_step the

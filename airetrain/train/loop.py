@@ -137,6 +137,8 @@ def set_up(plan: Plan, staged: StageRecord, out: Path) -> Trainer:
     """The session, resumed from the newest checkpoint that verifies (on the fast root or on scratch),
     and its collaborators."""
     d = start_process(plan)
+    if d.is_main:
+        trackers.preload(plan)   # while the session is built: the trackers' imports and W&B's service
     hosts = process_group.hostnames()
     s = session.build(plan, staged, d)
     hang = watchdog.start(d, plan)   # every rank's heartbeat: steps, saves, evaluation batches
