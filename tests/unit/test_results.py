@@ -83,3 +83,23 @@ def test_seeds_repeat_a_run_once_per_seed_after_the_sweep_and_a_run_may_choose_i
                                    "b-lr1e-3-seed7": "b-lr1e-3"}
     with pytest.raises(ConfigError, match=r"runs.a.seeds must be a list of seeds, e.g. \[0, 1, 2\]"):
         config.resolve({"runs": {"a": {"seeds": 3}}})
+
+
+def test_each_plan_names_its_sweep_point_and_the_runs_table_its_tracker_runs(tmp_path):
+    """The keys a run's sweep varies are the plan's (what the trackers tag), the same the results table
+    names the groups by; a run logged to trackers shows its tracker runs in the table and in compare."""
+    runs = experiment(tmp_path, {"base-lr1e-3-seed0": (0.3, 0.9), "base-lr3e-4-seed0": (0.5, 0.8)})
+    plans = {name: json.loads((tmp_path / name / "plan.json").read_text()) for name in runs}
+    assert plans["base-lr1e-3-seed1"]["sweep"] == {"optim.lr": 0.001}
+    assert plans["base-lr3e-4-seed0"]["sweep"] == {"optim.lr": 0.0003}
+    train = tmp_path / "base-lr1e-3-seed0" / "train.json"
+    url = "http://login1:5000/#/experiments/1/runs/9f8e"
+    train.write_text(json.dumps({**json.loads(train.read_text()), "tracking": {
+        "wandb": {"id": "base-lr1e-3-seed0-1a2b3c4d", "project": "digits", "logged": 10, "lost": 0},
+        "mlflow": {"run_id": "9f8e", "url": url, "logged": 10, "lost": 0}}}))
+    rows = results.run_rows(tmp_path, runs)
+    text = results_render.results_markdown(results.group_rows(rows), rows)
+    assert "| tracker |" in text and f"W&B digits/base-lr1e-3-seed0-1a2b3c4d; MLflow {url} |" in text
+    found = compare.compare(tmp_path, ["base-lr1e-3-seed0", "base-lr3e-4-seed0"])
+    assert found["figures"]["base-lr1e-3-seed0"]["tracker"].endswith(url)
+    assert found["figures"]["base-lr3e-4-seed0"]["tracker"] is None
