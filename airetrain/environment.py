@@ -1,6 +1,8 @@
 """The environment every rank's process gets: what the plan sets, and how a user's own settings join it."""
 from __future__ import annotations
 
+import re
+
 from .run_config import RunConfig
 
 # glibc's allocator, for training on CPU. By default it hands every freed block of a few MB or more
@@ -48,3 +50,32 @@ def job_env(run: RunConfig, nodes: int, cpus_per_rank: int, device: str, run_dir
         if run.slurm.nccl_socket_ifname:
             env["NCCL_SOCKET_IFNAME"] = run.slurm.nccl_socket_ifname
     return env
+
+
+# What a script (train.script) is told of its run, in its environment and in its arguments: a name
+# of these in train.args is replaced by its value, as a shell would, and nothing else is.
+SCRIPT_VARIABLES = {
+    "AIRETRAIN_RUN": "the run's name",
+    "AIRETRAIN_DATA_DIR": "the staged copy of the dataset on the fast root",
+    "AIRETRAIN_CHECKPOINT_DIR": "where the script writes checkpoints (each is made durable on scratch)",
+    "AIRETRAIN_DURABLE_DIR": "their durable copies on scratch",
+    "AIRETRAIN_RESULTS_DIR": "results/<run>: metrics.jsonl, train.json",
+    "AIRETRAIN_END_TIME": "the job's end, Unix seconds (empty outside SLURM)",
+    "AIRETRAIN_STOP_MARGIN_S": "checkpoint.stop_margin_min, in seconds",
+}
+_NAMED = re.compile(r"\$\{(AIRETRAIN_[A-Za-z0-9_]*)\}|\$(AIRETRAIN_[A-Za-z0-9_]*)")
+
+
+def unknown_script_variables(args: list[str]) -> list[str]:
+    """The $AIRETRAIN_... names in a script's arguments that are not airetrain's."""
+    found = [a or b for arg in args for a, b in _NAMED.findall(arg)]
+    return [name for name in dict.fromkeys(found) if name not in SCRIPT_VARIABLES]
+
+
+def expand_script_args(args: list[str], env: dict) -> list[str]:
+    """args with $AIRETRAIN_X and ${AIRETRAIN_X} replaced by env's values (empty where unset), as a
+    shell would replace them; any other $ text stays as it is, and no shell is involved."""
+    def value(match: re.Match) -> str:
+        name = match.group(1) or match.group(2)
+        return env.get(name, "") if name in SCRIPT_VARIABLES else match.group(0)
+    return [_NAMED.sub(value, arg) for arg in args]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..builtin_models import MODELS, channels_last_applies
 from ..catalog import default_path
+from ..environment import SCRIPT_VARIABLES, unknown_script_variables
 from ..errors import ConfigError
 from ..quota import pack_command, quota_messages
 from ..records import Script
@@ -175,6 +176,9 @@ def script(name: str, run: RunConfig, problems: list[str]) -> Script | None:
     path = Path(run.train.script).expanduser().absolute()
     if not path.is_file():
         problems.append(f"runs.{name}.train.script = {run.train.script!r}: no such file ({path})")
+    if unknown := unknown_script_variables(run.train.args):
+        problems.append(f"runs.{name}.train.args name {', '.join('$' + n for n in unknown)}, which airetrain does not "
+                        f"set; the script's arguments may name {', '.join('$' + n for n in SCRIPT_VARIABLES)}")
     return Script(path, list(run.train.args))
 
 

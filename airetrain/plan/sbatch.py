@@ -10,7 +10,7 @@ import json
 import shlex
 from pathlib import Path
 
-from ..environment import APPENDED
+from ..environment import APPENDED, SCRIPT_VARIABLES, expand_script_args
 from ..records import Plan
 from ..typed import to_dict
 from ..workflow import TRAIN_SCRIPT
@@ -43,6 +43,8 @@ def script(plan: Plan, workdir: str | Path, repo: str | Path) -> str:
         plan_json,
         PLAN_END,
     ]
+    if plan.script:
+        lines += script_lines(plan, workdir)
     for dataset, name in datasets_to_prepare({run: plan}).items():
         lines.append(f"[ -d {q(dataset)} ] || {command('prepare', name=name, dataset=dataset)}")
     lines += [
@@ -53,3 +55,15 @@ def script(plan: Plan, workdir: str | Path, repo: str | Path) -> str:
                 record=paths["record"], project_dir=str(workdir)),
     ]
     return "\n".join(lines) + "\n"
+
+
+def script_lines(plan: Plan, workdir: Path) -> list[str]:
+    """Comment lines: the script and its arguments as `airetrain launch` passes them in the job, each
+    $AIRETRAIN_... replaced (the fast root's paths are known only there: named in <>)."""
+    known = {"AIRETRAIN_RUN": plan.run, "AIRETRAIN_DURABLE_DIR": str(plan.checkpoints_dir),
+             "AIRETRAIN_RESULTS_DIR": str(workdir / run_paths(plan.run)["out"]),
+             "AIRETRAIN_STOP_MARGIN_S": str(60 * plan.config.checkpoint.stop_margin_min)}
+    in_job = {name: f"<{what}>" for name, what in SCRIPT_VARIABLES.items() if name not in known}
+    args = expand_script_args(plan.script.args, {**in_job, **known})
+    return ["# the script, and its arguments as airetrain launch passes them in the job:",
+            f"#   {shlex.join([str(plan.script.path), *args])}"]

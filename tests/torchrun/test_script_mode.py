@@ -2,6 +2,7 @@
 checkpoint directory becomes durable and verified, and airetrain.job gives it the deadline stop."""
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -61,3 +62,35 @@ def test_a_script_that_ignores_airetrain_still_has_its_checkpoints_promoted(tmp_
     assert sorted(checkpoint["files"]) == ["epoch0.pt", "epoch1.pt", "epoch2.pt"] and checkpoint["verified"]
     durable = tmp_path / "scratch/airetrain/s/checkpoints"
     assert torch.load(durable / "epoch2.pt", weights_only=True)["epoch"] == 2
+
+
+READS_ITS_DATA = '''
+import json, os, sys
+from pathlib import Path
+
+import torch.distributed as dist
+
+data, out = Path(sys.argv[1]), Path(sys.argv[sys.argv.index("--out") + 1])   # as pytorch/examples' scripts take them
+dist.init_process_group("gloo")
+if dist.get_rank() == 0:
+    out.write_text(json.dumps({"data": str(data), "files": sorted(p.name for p in data.iterdir()),
+                               "argv": sys.argv[1:]}))
+dist.destroy_process_group()
+'''
+
+
+def test_a_scripts_arguments_name_airetrains_folders_and_nothing_else_is_expanded(tmp_path):
+    """A script that takes its data folder as a positional argument runs unchanged: the staged copy's
+    path replaces $AIRETRAIN_DATA_DIR; ${...} and a name inside a word are replaced too, other $ text
+    stays literal, and no shell is involved."""
+    (tmp_path / "train.py").write_text(READS_ITS_DATA)
+    args = ["$AIRETRAIN_DATA_DIR", "--out", "${AIRETRAIN_RESULTS_DIR}/seen.json", "--tag", "run-$AIRETRAIN_RUN",
+            "--literal", "$HOME ${USER} $(id) `id` ;"]
+    out, cmd = prepare_training(tmp_path, {"processes": 2, "data": {"name": "digits"},
+                                           "train": {"script": str(tmp_path / "train.py"), "args": args}}, name="reads")
+    run(cmd)
+    seen = read_json(out / "seen.json")
+    staged = read_json(out / "stage.json")["target"]
+    assert seen["data"] == staged and seen["files"] == sorted(p.name for p in Path(staged).iterdir()) != []
+    assert seen["argv"] == [staged, "--out", f"{out.absolute()}/seen.json", "--tag", "run-reads",
+                            "--literal", "$HOME ${USER} $(id) `id` ;"]

@@ -62,3 +62,38 @@ def test_the_batch_script_keeps_a_users_tunables_too(tmp_path):
     alone = subprocess.run(["bash", "-c", exports[0] + '; echo "$GLIBC_TUNABLES"'], capture_output=True, text=True,
                            env={}).stdout.strip()
     assert alone == CPU_MALLOC
+
+
+def test_a_scripts_arguments_get_airetrains_values_as_a_shell_would_and_nothing_else():
+    from airetrain.environment import expand_script_args
+
+    env = {"AIRETRAIN_DATA_DIR": "/fast/d", "AIRETRAIN_RUN": "r1", "HOME": "/home/me"}
+    assert expand_script_args(["$AIRETRAIN_DATA_DIR", "${AIRETRAIN_DATA_DIR}/train", "$AIRETRAIN_DATA_DIR/x",
+                               "--name=run-$AIRETRAIN_RUN", "$AIRETRAIN_END_TIME", "$HOME", "${HOME}", "$(id)",
+                               "$$AIRETRAIN_RUN", "cost $5"], env) == \
+        ["/fast/d", "/fast/d/train", "/fast/d/x", "--name=run-r1", "", "$HOME", "${HOME}", "$(id)", "$r1", "cost $5"]
+
+
+def test_an_unknown_airetrain_variable_in_a_scripts_arguments_is_refused_naming_the_valid_ones(tmp_path):
+    from airetrain.errors import ConfigError
+
+    script_path = tmp_path / "train.py"
+    script_path.write_text("")
+    with pytest.raises(ConfigError) as e:
+        plan_all({"runs": {"r": {"train": {"script": str(script_path),
+                                           "args": ["$AIRETRAIN_DATA", "${AIRETRAIN_X}"]}}}}, env=ENV)
+    assert "runs.r.train.args name $AIRETRAIN_DATA, $AIRETRAIN_X, which airetrain does not set" in str(e.value)
+    assert "may name $AIRETRAIN_RUN, $AIRETRAIN_DATA_DIR, $AIRETRAIN_CHECKPOINT_DIR" in str(e.value)
+    plan = plan_all({"runs": {"r": {"train": {"script": str(script_path), "args": ["$AIRETRAIN_DATA_DIR", "-v"]}}}},
+                    env=ENV)["r"]
+    text = script(plan, tmp_path, "/code")   # airetrain sbatch shows what the job passes
+    assert f"#   {script_path} '<the staged copy of the dataset on the fast root>' -v" in text
+
+
+def test_the_script_environment_is_the_table_of_what_arguments_may_name(tmp_path):
+    from airetrain.environment import SCRIPT_VARIABLES
+    from airetrain.train.launcher.script import script_env
+
+    plan = plan_all({"runs": {"r": {}}}, env=ENV)["r"]
+    env = script_env(plan, {"target": "/fast/d"}, tmp_path, tmp_path / "ck")
+    assert set(env) <= set(SCRIPT_VARIABLES) and set(SCRIPT_VARIABLES) - set(env) <= {"AIRETRAIN_END_TIME"}

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ...checkpoint import store
+from ...environment import expand_script_args
 from ...checkpoint.mirror import Mirror
 from ...records import STOPPED, Plan, StageRecord, TrainRecord, read_record, write_record
 from ...roots import run_dir
@@ -66,9 +67,8 @@ def run_script(plan: Plan, stage_path: str, out: str) -> int:
         print(f"checkpoint directory {checkpoints}: {len(result['files'])} file(s) durable in "
               f"{plan.checkpoints_dir}, sha256 verified", flush=True)
 
-    script = plan.script
-    code = launch.run(plan, str(script.path), script.args, str(out), script_env(plan, staged, out, checkpoints),
-                      after_exit)
+    script, env = plan.script, script_env(plan, staged, out, checkpoints)
+    code = launch.run(plan, str(script.path), expand_script_args(script.args, env), str(out), env, after_exit)
     if code == 0 and not (out / STOPPED).exists():
         write_record(out / "train.json", TrainRecord, script_train_record(plan, _metrics(out), time.time() - t0,
                                                                           result["files"]))
