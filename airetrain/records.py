@@ -106,8 +106,8 @@ class Plan:
     torchrun: Doc[list, "torchrun's arguments"]
     group: Doc[str, "the runs whose configs are equal but for train.seed: the run name without its seed part "
                     "(results.md averages them)"] = ""
-    sweep: Doc[dict, "the dotted config keys (train.seed aside) in which this run differs from the others planned "
-                     "with it, and its values: its sweep point, as the results table and the trackers name it"] = \
+    sweep: Doc[dict, "the dotted config keys its sweep grid set (train.seed aside: the group names the seeds), and "
+                     "their values: its point, as the trackers tag it"] = \
         dataclasses.field(default_factory=dict)
     evaluates: Doc[Optional[dict], "an evaluation run (evaluate:): the run whose weights it evaluates (run, which), "
                                    "and that run's data section and dataset, for the plan step's shape check; "

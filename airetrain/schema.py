@@ -7,7 +7,6 @@ against it, the typed records of run_config.py are checked against it by a test.
 from __future__ import annotations
 
 import copy
-import json
 import functools
 from pathlib import Path
 from typing import Any
@@ -167,11 +166,3 @@ def flatten(tree: dict, prefix: str = "") -> dict:
             out[f"{prefix}{key}"] = value
     return out
 
-
-def differing(configs: dict[str, dict]) -> dict[str, dict]:
-    """{name: {dotted key: value}}: the keys (train.seed aside) in which the configs differ from each
-    other: a sweep's keys, as the results table names its groups and a tracker tags its runs."""
-    flat = {name: {k: v for k, v in flatten(config).items() if k != "train.seed"} for name, config in configs.items()}
-    keys = sorted({k for f in flat.values() for k in f})
-    differ = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flat.values()}) > 1]
-    return {name: {k: f.get(k) for k in differ} for name, f in flat.items()}

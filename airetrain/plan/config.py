@@ -99,18 +99,43 @@ def validate(config: dict, schema: dict | None = None) -> None:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(lines))
 
 
-def resolve(config: dict) -> tuple[Settings, dict[str, RunConfig]]:
-    """Validate, expand the sweeps, and return (the settings every run shares, {run name: its config}),
-    as typed records made from the complete config."""
-    schema = load_schema()
+def grids_of(config: dict, schema: dict) -> tuple[dict, dict[str, dict]]:
+    """(the config without its runs' own grids and seeds, its numbers read and validated; {run: the grid
+    that expands it: the top-level sweep, its own, its seeds})."""
     config, own = sweep.own_grids(config)
     config, seeds = sweep.seed_grids(config)
     config = numbers(config, schema)   # lr: 1e-4, which YAML 1.1 reads as a string
     validate(config, schema)
     grid = sweep.grid(config.get("sweep") or {}, schema)
-    grids = {name: {**grid, **sweep.grid(own.get(name, {}), schema, f"runs.{name}.sweep"),
-                    **sweep.grid(seeds[name], schema, f"runs.{name}.seeds")}
-             for name in config["runs"]}
+    return config, {name: {**grid, **sweep.grid(own.get(name, {}), schema, f"runs.{name}.sweep"),
+                           **sweep.grid(seeds[name], schema, f"runs.{name}.seeds")}
+                    for name in config["runs"]}
+
+
+def sweep_points(config: dict, runs: dict[str, RunConfig]) -> dict[str, dict]:
+    """{run: the dotted keys its grid set (train.seed aside: its group names the seeds), with its values}:
+    a run's own point, whatever the other runs are, so that a change to one run changes no other's plan."""
+    _, grids = grids_of(config, load_schema())
+    points = {}
+    for name, grid in grids.items():
+        keys = [k for k in grid if k != "train.seed"]
+        for new in sweep.expand({name: {}}, grid):
+            tree = runs[new].to_dict()
+            points[new] = {k: _dotted(tree, k) for k in keys}
+    return points
+
+
+def _dotted(tree: dict, key: str):
+    for part in key.split("."):
+        tree = tree[part]
+    return tree
+
+
+def resolve(config: dict) -> tuple[Settings, dict[str, RunConfig]]:
+    """Validate, expand the sweeps, and return (the settings every run shares, {run name: its config}),
+    as typed records made from the complete config."""
+    schema = load_schema()
+    config, grids = grids_of(config, schema)
     expanded = {**config, "runs": sweep.expanded(config["runs"], grids)}
     if any(grids.values()):
         validate(expanded, schema)  # the grid's values, checked where they land

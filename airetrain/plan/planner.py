@@ -22,7 +22,6 @@ from ..quota import dataset_size
 from ..records import Minutes, Plan, PlanRoots, RecordError, read_record
 from ..roots import Root, durable_root, run_dir
 from ..run_config import RunConfig, Settings
-from ..schema import differing
 from . import config as cfg, layout, refusals, sweep
 from .request import slurm_request, torchrun_args
 from .rightsize import measured_requests
@@ -162,8 +161,8 @@ def plan_all(config: dict, env=None, scratch: Root | None = None,
     if problems:
         raise ConfigError("\n".join(problems))
     groups = sweep.groups(runs)
-    points = differing({name: run.to_dict() for name, run in runs.items()})
-    plans = {name: plan.replace(group=groups[name], sweep=points[name], evaluates=_evaluates(plan, plans))
+    points = cfg.sweep_points(config, runs)
+    plans = {name: plan.replace(group=groups[name], sweep=points.get(name, {}), evaluates=_evaluates(plan, plans))
              for name, plan in plans.items()}
     for warning in [w for p in plans.values() for w in p.warnings] + plan_warnings(plans, settings):
         log.warning(warning)

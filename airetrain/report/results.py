@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..fsutil import read_json
-from ..schema import differing
+from ..schema import flatten
 from ..tracking.names import label
 from .collection import evaluates_label
 
@@ -24,7 +24,11 @@ from .collection import evaluates_label
 def differing_keys(configs: dict[str, dict]) -> dict[str, str]:
     """{group: "key=value, ..."}: the resolved config keys (train.seed aside) in which the groups
     differ from each other."""
-    return {group: ", ".join(f"{k}={v}" for k, v in keys.items()) for group, keys in differing(configs).items()}
+    flat = {group: {k: v for k, v in flatten(config).items() if k != "train.seed"}
+            for group, config in configs.items()}
+    keys = sorted({k for f in flat.values() for k in f})
+    differ = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flat.values()}) > 1]
+    return {group: ", ".join(f"{k}={f.get(k)}" for k in differ) for group, f in flat.items()}
 
 
 def _time_to_best(run_dir: Path, best_step: int | None) -> float | None:

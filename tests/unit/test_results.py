@@ -86,8 +86,8 @@ def test_seeds_repeat_a_run_once_per_seed_after_the_sweep_and_a_run_may_choose_i
 
 
 def test_each_plan_names_its_sweep_point_and_the_runs_table_its_tracker_runs(tmp_path):
-    """The keys a run's sweep varies are the plan's (what the trackers tag), the same the results table
-    names the groups by; a run logged to trackers shows its tracker runs in the table and in compare."""
+    """The keys a run's sweep grid set are its plan's (what the trackers tag): its own point, the seeds
+    aside; a run logged to trackers shows its tracker runs in the table and in compare."""
     runs = experiment(tmp_path, {"base-lr1e-3-seed0": (0.3, 0.9), "base-lr3e-4-seed0": (0.5, 0.8)})
     plans = {name: json.loads((tmp_path / name / "plan.json").read_text()) for name in runs}
     assert plans["base-lr1e-3-seed1"]["sweep"] == {"optim.lr": 0.001}
