@@ -17,6 +17,8 @@ The commands (they may import anything):
     cli              the `airetrain` command: the steps the rules run, and tools for users
     resolve          the plan step's own work: files counted, user code tried, strategy decided
     job              airetrain.job, for a user's own torchrun script: the deadline and requeue contract
+    lightning        airetrain.lightning: the same contract as one Lightning callback
+    hf               airetrain.hf: the same contract as one Hugging Face Trainer callback
     doctor           `airetrain doctor`: what this environment can run
     __main__         `python -m airetrain`
 

@@ -18,6 +18,7 @@ This module imports nothing of the built-in trainer's loop.
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
 import time
@@ -102,3 +103,17 @@ def stop_and_requeue(step: int, of_steps: int | None = None) -> None:
         dist.barrier()
     sys.stdout.flush()
     os._exit(0)   # as scripts/train.py: skip gloo's teardown
+
+
+def log(figures: dict) -> None:
+    """Rank 0 appends figures ({"step": ..., "loss": ..., "samples_per_s": ..., "eval_loss": ...}) as a
+    line of results/<run>/metrics.jsonl, which `airetrain status`, the report and the results table read."""
+    results = os.environ.get("AIRETRAIN_RESULTS_DIR")
+    if _rank() == 0 and results:
+        with open(Path(results) / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({**figures, "time": time.time()}) + "\n")
+
+
+def durable_dir() -> Path:
+    """Where the launcher keeps the durable copies of the checkpoint directory's files (scratch)."""
+    return Path(os.environ.get("AIRETRAIN_DURABLE_DIR", checkpoint_dir()))

@@ -1,0 +1,122 @@
+"""airetrain.lightning: a Lightning script on the cluster with one callback. The deadline (the job's end
+less checkpoint.stop_margin_min, or SIGTERM) saves a checkpoint on every rank and leaves `fit`, the job
+requeues, and the next session resumes from the newest checkpoint that verifies:
+
+    from airetrain.lightning import Airetrain
+    trainer = L.Trainer(callbacks=[Airetrain()], ...)      # everything else as you have it
+    trainer.fit(model, datamodule=dm, ckpt_path=Airetrain.resume_path())   # None on a first start
+
+- The world: Lightning trains in torchrun's. Where `devices` and `num_nodes` are left unset, they
+  become the plan's (Lightning reads PL_TRAINER_DEVICES and PL_TRAINER_NUM_NODES as their defaults);
+  values that disagree with the plan fail at the start, naming both. Lightning's TorchElastic
+  environment, not its SLURM one, reads the ranks.
+- Checkpoints: ModelCheckpoint's files (last.ckpt, the best by its monitor) go to AIRETRAIN_CHECKPOINT_DIR
+  where you gave no dirpath, as does the deadline's step-<N>.ckpt; the launcher makes them durable.
+- Lightning's resume restores the model, the optimizers, the schedules and the loops' counters. From
+  a checkpoint saved mid-epoch, a plain DataLoader restarts that epoch's batches (docs/script-mode.md).
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+import zipfile
+from pathlib import Path
+
+try:
+    import lightning.pytorch as pl
+except ImportError:
+    raise ImportError("airetrain.lightning needs Lightning, which is not installed here: pip install lightning "
+                      "(or: pip install 'airetrain[lightning]')") from None
+
+from . import job
+
+_STEP = re.compile(r"step[-=](\d+)")
+
+
+def _claim_world() -> None:
+    """torchrun's world as the Trainer's defaults (before the Trainer is made: the callback is built first)."""
+    world, local = os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_WORLD_SIZE")
+    if world and local:
+        os.environ.setdefault("PL_TRAINER_DEVICES", local)
+        os.environ.setdefault("PL_TRAINER_NUM_NODES", str(int(world) // int(local)))
+
+
+def _verifies(path: Path) -> bool:
+    """A torch.save file whose every member's CRC checks out: written whole (no unpickling needed)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip() is None
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def _batch_size(batch) -> int | None:
+    """Samples in a batch of any shape: its first tensor's first dimension."""
+    if hasattr(batch, "shape"):
+        return int(batch.shape[0]) if batch.shape else None
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    return next((n for n in map(_batch_size, items) if n), None)
+
+
+class Airetrain(pl.Callback):
+    def __init__(self):
+        _claim_world()
+        self.stopped_at: int | None = None
+        self._logged = -1
+        self._t0 = time.perf_counter()
+        self._steps0 = 0
+        self._samples = 0
+
+    @staticmethod
+    def resume_path() -> str | None:
+        """The newest .ckpt that verifies, on the fast root (this job's) or on scratch (a requeued job's
+        fast root is new and empty), by the step its name carries (step-N, Lightning's epoch=E-step=N);
+        last.ckpt where none does. None on a first start."""
+        found = {}
+        for root in (job.durable_dir(), job.checkpoint_dir()):   # the fast root's copy wins a tie
+            if root.is_dir():
+                found.update({p.name: p for p in root.rglob("*.ckpt")})
+        # at one step, the deadline's own save (saved inside the epoch, where the stop came) before the
+        # save ModelCheckpoint makes as the stopped epoch ends (which resumes as if that epoch were done)
+        ranked = sorted(found.values(), key=lambda p: (int(m[1]) if (m := _STEP.search(p.name)) else -1,
+                                                       p.name.startswith("step-"), p.stat().st_mtime), reverse=True)
+        return next((str(p) for p in ranked if _verifies(p)), None)
+
+    def setup(self, trainer, pl_module, stage):
+        world = int(os.environ.get("WORLD_SIZE", trainer.world_size))
+        if trainer.world_size != world:
+            local = os.environ.get("LOCAL_WORLD_SIZE", "?")
+            raise RuntimeError(f"airetrain launched {world} ranks ({local} per node on {world // int(local)} nodes), "
+                               f"but this Trainer has devices={trainer.num_devices}, num_nodes={trainer.num_nodes} "
+                               f"(world {trainer.world_size}): leave devices and num_nodes unset, and airetrain "
+                               "sets them from the plan")
+        for callback in trainer.checkpoint_callbacks:
+            if callback.dirpath is None:
+                callback.dirpath = str(job.checkpoint_dir())
+        self._t0, self._steps0 = time.perf_counter(), trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        self._samples += (_batch_size(batch) or 0) * trainer.world_size
+        if step != self._logged and step % trainer.log_every_n_steps == 0:
+            self._logged = step
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            seconds = time.perf_counter() - self._t0
+            job.log({"step": step, "of_steps": trainer.estimated_stepping_batches, "epoch": trainer.current_epoch,
+                     **({"loss": float(loss)} if loss is not None else {}),
+                     **({"samples_per_s": self._samples / seconds} if seconds else {})})
+        if job.should_stop():   # every rank, every batch: the ranks agree
+            trainer.save_checkpoint(job.checkpoint_dir() / f"step-{step:08d}.ckpt")
+            trainer.should_stop = True
+            self.stopped_at = step
+
+    def on_validation_end(self, trainer, pl_module):
+        figures = {f"eval_{k.removeprefix('val_').removeprefix('val/')}": float(v)
+                   for k, v in trainer.callback_metrics.items() if k.startswith(("val_", "val/"))}
+        if figures and not trainer.sanity_checking:
+            job.log({"step": trainer.global_step, "epoch": trainer.current_epoch, **figures})
+
+    def on_fit_end(self, trainer, pl_module):
+        if self.stopped_at is not None:   # the checkpoint is saved: requeue, and the next session resumes
+            job.stop_and_requeue(self.stopped_at, int(trainer.estimated_stepping_batches))
