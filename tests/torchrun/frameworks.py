@@ -4,6 +4,9 @@
                  counting sequences (each token the last plus one: learnable); a checkpoint every 10
                  steps; a second a step while $HOLD exists; rank 0 saves the final model to
                  results/<run>/final/ and writes its first and last loss to final.json
+    LIGHTNING    a LightningModule on the staged digits (read from $AIRETRAIN_DATA_DIR), devices left
+                 unset unless --devices=N; a second a step while $HOLD exists; rank 0 appends each
+                 session's world and resume to sessions.jsonl, and writes final.json at the end
 """
 
 HF_TRAINER = '''
@@ -86,13 +89,17 @@ class Digits(L.LightningModule):
 
 
 epochs = int(sys.argv[sys.argv.index("--epochs") + 1])
+batch = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else 32
 devices = [a.split("=")[1] for a in sys.argv if a.startswith("--devices=")]
 L.seed_everything(0)
 trainer = L.Trainer(max_epochs=epochs, callbacks=[Airetrain()], log_every_n_steps=5, logger=False,
                     enable_progress_bar=False, accelerator="cpu", **({"devices": int(devices[0])} if devices else {}))
 resume = Airetrain.resume_path()
-trainer.fit(Digits(), DataLoader(split("train"), batch_size=32, shuffle=True), DataLoader(split("test"), batch_size=64),
-            ckpt_path=resume)
+if trainer.is_global_zero:   # each session: its world and the checkpoint it resumes from
+    with open(os.path.join(os.environ["AIRETRAIN_RESULTS_DIR"], "sessions.jsonl"), "a") as f:
+        f.write(json.dumps({"world_size": trainer.world_size, "resumed_from": resume}) + "\n")
+trainer.fit(Digits(), DataLoader(split("train"), batch_size=batch, shuffle=True),
+            DataLoader(split("test"), batch_size=64), ckpt_path=resume)
 if trainer.is_global_zero:
     with open(os.path.join(os.environ["AIRETRAIN_RESULTS_DIR"], "final.json"), "w") as f:
         json.dump({"world_size": trainer.world_size, "step": trainer.global_step, "resumed_from": resume,

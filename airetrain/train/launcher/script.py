@@ -79,6 +79,10 @@ def script_train_record(plan: Plan, metrics: list[dict], seconds: float, files: 
     """train.json of a script run: the plan's layout, the script's own last metrics line, and the
     mirrored checkpoint directory. The trainer's own figures (FLOPs, GPU sampling) are not known."""
     last = next((m for m in reversed(metrics) if "step" in m), {})
+    evaluated = next((m for m in reversed(metrics) if m.get("eval_loss") is not None), {})
+
+    def latest(key: str):   # a line has some figures (a step's, an evaluation's): each from its newest line
+        return next((m[key] for m in reversed(metrics) if m.get(key) is not None), None)
     batch = plan.batch
     checkpoint = {"file": "", "kind": store.MIRROR, "step": last.get("step"), "epoch": None,
                   "size": sum(f["size"] for f in files.values()),
@@ -87,8 +91,8 @@ def script_train_record(plan: Plan, metrics: list[dict], seconds: float, files: 
                   "path": str(plan.checkpoints_dir)}
     unknown = dict.fromkeys(("tokens_per_s", "step_time_s", "data_wait_s_per_step", "compute_s_per_step",
                              "flops_per_step", "achieved_tflops", "mfu", "peak_tflops_per_gpu", "gpu_util_mean",
-                             "gpu_mem_peak_bytes", "data_wait_frac", "peak_mem_bytes", "eval_loss",
-                             "eval_accuracy", "checkpoint_stall_s_mean", "warmup_steps", "warmup_s", "steady_steps",
+                             "gpu_mem_peak_bytes", "data_wait_frac", "peak_mem_bytes", "checkpoint_stall_s_mean",
+                             "warmup_steps", "warmup_s", "steady_steps",
                              "steady_s", "steady_samples_per_s", "steady_tokens_per_s", "steady_achieved_tflops",
                              "steady_mfu"))
     return TrainRecord(
@@ -96,10 +100,12 @@ def script_train_record(plan: Plan, metrics: list[dict], seconds: float, files: 
         precision=plan.precision, device=plan.device, global_batch=batch.global_,
         per_device_batch=batch.per_device, grad_accum=batch.grad_accum, steps=last.get("step"),
         steps_this_session=None, seed=plan.config.train.seed, epochs=plan.config.train.epochs, resumed_from_step=None,
-        train_seconds=round(seconds, 3), samples_per_s=last.get("samples_per_s"),
-        memory_estimate=None, activation_checkpointing=False, parallel_units={}, final_loss=last.get("loss"),
+        train_seconds=round(seconds, 3), samples_per_s=latest("samples_per_s"),
+        memory_estimate=None, activation_checkpointing=False, parallel_units={}, final_loss=latest("loss"),
+        eval_loss=evaluated.get("eval_loss"), eval_accuracy=evaluated.get("eval_accuracy"),
         checkpoint_writer="script", checkpoint_writer_reason="the script writes its own checkpoints; the launcher "
                                                             "mirrors them to scratch",
-        eval_metrics={}, slurm_job_id=slurm.job_id(), hostnames=[], launch_host=socket.gethostname(),
+        eval_metrics={k[5:]: v for k, v in evaluated.items() if k.startswith("eval_") and k != "eval_loss"},
+        slurm_job_id=slurm.job_id(), hostnames=[], launch_host=socket.gethostname(),
         torch_version=None, environment={k: os.environ.get(k) for k in plan.env}, checkpoint=checkpoint,
         checkpoint_saves=len(files), checkpoint_final_wait_s=0.0)
