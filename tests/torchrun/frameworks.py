@@ -35,20 +35,21 @@ model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate
                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64))
 args = TrainingArguments(max_steps=steps, per_device_train_batch_size=8, learning_rate=3e-3, save_steps=10,
                          logging_steps=5, use_cpu=True, report_to=[], seed=0, data_seed=0, dataloader_num_workers=0)
-trainer = Trainer(model, args, train_dataset=data, callbacks=[Airetrain(), Paced()])
-resume = Airetrain.resume_path()
-trainer.train(resume_from_checkpoint=resume)
+plain = "--no-callback" in sys.argv   # the benchmark's baseline: the Trainer without airetrain
+trainer = Trainer(model, args, train_dataset=data, callbacks=[] if plain else [Airetrain(), Paced()])
+resume = None if plain else Airetrain.resume_path()
+speed = trainer.train(resume_from_checkpoint=resume).metrics["train_samples_per_second"]
 if trainer.is_world_process_zero():
     results = os.environ["AIRETRAIN_RESULTS_DIR"]
     trainer.save_model(os.path.join(results, "final"))
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     with open(os.path.join(results, "final.json"), "w") as f:
         json.dump({"output_dir": args.output_dir, "first_loss": losses[0], "last_loss": losses[-1],
-                   "step": trainer.state.global_step, "resumed_from": resume}, f)
+                   "step": trainer.state.global_step, "resumed_from": resume, "samples_per_s": speed}, f)
 '''
 
 LIGHTNING = '''
-import json, os, sys
+import json, os, sys, time
 from pathlib import Path
 
 import lightning.pytorch as L
@@ -91,17 +92,20 @@ class Digits(L.LightningModule):
 epochs = int(sys.argv[sys.argv.index("--epochs") + 1])
 batch = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else 32
 devices = [a.split("=")[1] for a in sys.argv if a.startswith("--devices=")]
+plain = "--no-callback" in sys.argv   # the benchmark's baseline: Lightning without airetrain (give --devices)
 L.seed_everything(0)
-trainer = L.Trainer(max_epochs=epochs, callbacks=[Airetrain()], log_every_n_steps=5, logger=False,
+trainer = L.Trainer(max_epochs=epochs, callbacks=[] if plain else [Airetrain()], log_every_n_steps=5, logger=False,
                     enable_progress_bar=False, accelerator="cpu", **({"devices": int(devices[0])} if devices else {}))
-resume = Airetrain.resume_path()
+resume = None if plain else Airetrain.resume_path()
 if trainer.is_global_zero:   # each session: its world and the checkpoint it resumes from
     with open(os.path.join(os.environ["AIRETRAIN_RESULTS_DIR"], "sessions.jsonl"), "a") as f:
-        f.write(json.dumps({"world_size": trainer.world_size, "resumed_from": resume}) + "\n")
+        f.write(json.dumps({"world_size": trainer.world_size, "resumed_from": resume}) + "\\n")
+started = time.perf_counter()
 trainer.fit(Digits(), DataLoader(split("train"), batch_size=batch, shuffle=True),
             DataLoader(split("test"), batch_size=64), ckpt_path=resume)
+fit_s = time.perf_counter() - started
 if trainer.is_global_zero:
     with open(os.path.join(os.environ["AIRETRAIN_RESULTS_DIR"], "final.json"), "w") as f:
         json.dump({"world_size": trainer.world_size, "step": trainer.global_step, "resumed_from": resume,
-                   "val_loss": float(trainer.callback_metrics["val_loss"])}, f)
+                   "val_loss": float(trainer.callback_metrics["val_loss"]), "fit_s": fit_s}, f)
 '''
