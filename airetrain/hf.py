@@ -52,12 +52,14 @@ class Airetrain(TrainerCallback):
 
     @staticmethod
     def resume_path() -> str | None:
-        """The newest checkpoint-N folder that verifies, on the fast root (this job's) or on scratch (a
-        requeued job's fast root is new and empty); None on a first start."""
-        fast, durable = job.checkpoint_dir(), job.durable_dir()
+        """The newest checkpoint-N folder that verifies, on the fast root (this job's, on one node) or on
+        scratch (a requeued job's fast root is new and empty; on several nodes, the one every rank
+        sees); None on a first start."""
+        durable = job.durable_dir()
         index_path = durable / MIRROR_INDEX
         index = read_json(index_path)["files"] if index_path.exists() else {}
-        found = [(int(p.name.split("-")[1]), i, p) for i, (root, idx) in enumerate(((fast, None), (durable, index)))
+        roots = [(root, index if root == durable else None) for root in job.resume_dirs()]
+        found = [(int(p.name.split("-")[1]), i, p) for i, (root, idx) in enumerate(roots)
                  if root.is_dir() for p in root.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
                  and _complete(p, idx)]
         return str(min(found, key=lambda f: (-f[0], f[1]))[2]) if found else None

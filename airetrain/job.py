@@ -117,3 +117,11 @@ def log(figures: dict) -> None:
 def durable_dir() -> Path:
     """Where the launcher keeps the durable copies of the checkpoint directory's files (scratch)."""
     return Path(os.environ.get("AIRETRAIN_DURABLE_DIR", checkpoint_dir()))
+
+
+def resume_dirs() -> list[Path]:
+    """Where a framework's resume looks, the preferred first: the fast root (this job's copy) on one
+    node; on several, scratch alone, which every rank sees (a node-local fast root is not: every rank
+    must load the same checkpoint)."""
+    one_node = os.environ.get("LOCAL_WORLD_SIZE", "1") == os.environ.get("WORLD_SIZE", "1")
+    return [checkpoint_dir(), durable_dir()] if one_node else [durable_dir()]

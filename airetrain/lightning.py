@@ -70,11 +70,12 @@ class Airetrain(pl.Callback):
 
     @staticmethod
     def resume_path() -> str | None:
-        """The newest .ckpt that verifies, on the fast root (this job's) or on scratch (a requeued job's
-        fast root is new and empty), by the step its name carries (step-N, Lightning's epoch=E-step=N);
-        last.ckpt where none does. None on a first start."""
+        """The newest .ckpt that verifies, on the fast root (this job's, on one node) or on scratch (a
+        requeued job's fast root is new and empty; on several nodes, the one every rank sees), by the
+        step its name carries (step-N, Lightning's epoch=E-step=N); last.ckpt where none does. None on
+        a first start."""
         found = {}
-        for root in (job.durable_dir(), job.checkpoint_dir()):   # the fast root's copy wins a tie
+        for root in reversed(job.resume_dirs()):   # the fast root's copy wins a tie
             if root.is_dir():
                 found.update({p.name: p for p in root.rglob("*.ckpt")})
         # at one step, the deadline's own save (saved inside the epoch, where the stop came) before the

@@ -38,7 +38,8 @@ def lightning_run(slurm_cluster, tmp_path_factory):
                 "train": {"script": str(work / "train.py"), "args": ["--epochs", str(EPOCHS), "--batch", "16"]}}},
         })
         hold.touch()
-        env = {**slurm_cluster, "HOLD": str(hold)}
+        # each job's own $TMPDIR, purged when it ends (the cluster's TaskProlog and Epilog), as Aire's
+        env = {**slurm_cluster, "AIRETRAIN_LAB_JOB_TMPDIR": "1", "HOLD": str(hold)}
         pipeline = spawn(snakemake_cmd(work, cfg, *SLURM_ARGS), work / "pipeline.log", cwd=work, env=env)
         metrics = work / "results" / "pl" / "metrics.jsonl"
         wait_for(lambda: metrics.exists() and '"loss"' in metrics.read_text(), timeout=400, what="a logged step")
