@@ -48,6 +48,22 @@ def test_a_killed_hf_trainer_resumes_from_its_durable_checkpoint_to_the_uninterr
     assert steps[-1] == 60 and 20 in steps   # its lines reached metrics.jsonl, for status and the report
 
 
+def test_an_hf_trainer_stops_at_its_deadline_with_a_checkpoint_and_resumes_to_the_planned_step(tmp_path):
+    """The deadline sets should_save and should_training_stop on both ranks: checkpoint-<N>/ is saved at
+    the step the ranks agreed on, STOPPED names it, the launch exits 75 (outside SLURM: run it again),
+    and the next session resumes there and ends at the planned step."""
+    out, cmd = hf_run(tmp_path, 30)
+    stopped = run(cmd, env={"AIRETRAIN_END_TIME": str(time.time() - 1)}, check=False)
+    assert stopped.returncode == 75, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    stop = read_json(out / "STOPPED")
+    assert stop["reason"] == "deadline" and stop["step"] == 1 and stop["of_steps"] == 30
+    durable = tmp_path / "scratch" / "airetrain" / "hf" / "checkpoints"
+    assert (durable / "checkpoint-1" / "trainer_state.json").exists()   # saved at the stop, made durable
+    run(cmd)
+    final = read_json(out / "final.json")
+    assert final["step"] == 30 and final["resumed_from"].endswith("/checkpoint-1")
+
+
 def test_a_callback_without_its_framework_names_the_pip_command(tmp_path):
     """Run where the framework cannot be imported (a finder that refuses it: this machine has it)."""
     hide = ("import sys\nclass Hide:\n    def find_spec(self, name, path=None, target=None):\n"
@@ -81,6 +97,8 @@ def test_lightning_trains_in_torchruns_world_stops_at_its_deadline_and_resumes_f
     durable = tmp_path / "scratch" / "airetrain" / "pl" / "checkpoints"
     assert final["resumed_from"] == str(durable / f"step-{stop['step']:08d}.ckpt")
     assert final["world_size"] == 2 and final["step"] == 3 * 23 and final["val_loss"] < 2.0
+    # ModelCheckpoint's own file, given no dirpath, went to the checkpoint directory and is durable
+    assert list(durable.glob("epoch=*-step=*.ckpt"))
     train = read_json(out / "train.json")   # the callback's lines, as the report and the results table read them
     assert train["samples_per_s"] > 0 and train["steps"] == 3 * 23 and train["eval_loss"] == final["val_loss"]
     assert 0.5 < train["eval_accuracy"] == train["eval_metrics"]["accuracy"]
