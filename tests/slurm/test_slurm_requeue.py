@@ -4,7 +4,9 @@ One Snakemake invocation runs three copies of the same training:
 - stop: a 4-minute job that stops at its deadline, checkpoints, requeues itself and finishes;
 - ref: the same training with time to spare (the uninterrupted result);
 - victim: cancelled with scancel mid-training; a second invocation resumes it, and only it;
-- script-stop: a user's own script (script mode) that stops at its deadline through airetrain.job.
+- script-stop: a user's own script (script mode) that stops at its deadline through airetrain.job;
+- pl: a Lightning script with airetrain's callback on two nodes of two ranks, stopped at its deadline
+  and requeued in the same way.
 stop and ref also log to a real MLflow server on 127.0.0.1 and to W&B offline: a requeued run is one
 tracker run, each step once.
 
@@ -14,6 +16,7 @@ deadline or their cancellation; the hold ends once the deadline stop has happene
 a $TMPDIR of its own that the cluster purges when the job ends, as Aire's: a requeued job finds
 its fast root empty and must resume from the durable copy on scratch.
 """
+import csv
 import json
 import sys
 import time
@@ -33,6 +36,7 @@ from jobs import sbatch, state
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "torchrun"))
 from script_mode import WITH_JOB  # noqa: E402
+from frameworks import LIGHTNING  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
@@ -43,6 +47,7 @@ TRAINING = {"processes": 2, "precision": "fp32", "batch": {"global": 64, "per_de
 STEPS = 5 * (1437 // 64)
 PACED = {"name": "ownlab.lab:paced", "dropout": 0.2}   # ref's small_cnn, a second per step while held
 SCRIPT_STEPS = 150
+PL_EPOCHS, PL_STEPS_PER_EPOCH = 6, 23   # 1437 digits over 4 ranks: 360 each, in batches of 16
 
 
 def durable(work, run_name):
@@ -76,6 +81,7 @@ def interrupted(slurm_cluster, mlflow_server, tmp_path_factory):
         hold = work / "hold"
         cfg = write_config(work / "config.yaml", {
             "roots": {"scratch": str(work / "scratch")},
+            "site": {"gpus_per_node": 2},   # pl: two nodes of two ranks (the GPU plan on CPU processes)
             "defaults": TRAINING,
             "runs": {
                 # a 4-minute job that stops 2.5 minutes before its end, 90 s after it starts, held at a second
@@ -92,15 +98,27 @@ def interrupted(slurm_cluster, mlflow_server, tmp_path_factory):
                                 "checkpoint": {"stop_margin_min": 2.5, "max_requeues": 20},
                                 "train": {"script": str(work / "train.py"),
                                           "args": ["--steps", str(SCRIPT_STEPS), "--step-seconds", "1"]}},
+                # the staged digits, a second a step while held: the same 4-minute job and margin stop it
+                "pl": {"device": "cpu", "gpus": 4, "cpus_per_rank": 1, "mem_gb_per_rank": 2, "data": {"name": "digits"},
+                       "batch": {"global": 64, "per_device": 16}, "time_min": {"stage": 1, "train": 2, "promote": 1},
+                       "checkpoint": {"stop_margin_min": 2.5, "max_requeues": 20},
+                       "train": {"script": str(work / "train_pl.py"),
+                                 "args": ["--epochs", str(PL_EPOCHS), "--batch", "16"]}},
             },
         })
         (work / "train.py").write_text(WITH_JOB)
+        (work / "train_pl.py").write_text(LIGHTNING)
         write_ownlab(work)
         hold.touch()
         # each job's own $TMPDIR, purged when it ends (the cluster's TaskProlog and Epilog)
         env = {**slurm_cluster, "AIRETRAIN_LAB_JOB_TMPDIR": "1", "HOLD": str(hold)}
         # --retries 0: the cancelled run is left failed, for the second invocation to resume
         first = spawn(snakemake_cmd(work, cfg, *SLURM_ARGS, "--retries", "0"), work / "first.log", cwd=work, env=env)
+        # pl's state while it trains, as `airetrain status` shows it
+        pl_metrics = work / "results" / "pl" / "metrics.jsonl"
+        wait_for(lambda: pl_metrics.exists() and '"loss"' in pl_metrics.read_text(), timeout=400, what="pl's step")
+        pl_status = json.loads(run([sys.executable, "-m", "airetrain", "status", "--configfile", str(cfg), "--json"],
+                                   cwd=work, env=env).stdout)
         # cancel the victim once it has a durable checkpoint
         wait_for(lambda: newest_step(durable(work, "victim")) >= 10, timeout=400, what="victim's checkpoint")
         victim_job = sessions(work, "victim")[-1]["slurm_job_id"]
@@ -118,13 +136,15 @@ def interrupted(slurm_cluster, mlflow_server, tmp_path_factory):
         wait_for(lambda: stops(runs / "script-stop"), timeout=400, what="the deadline stop of script-stop")
         status = json.loads(run([sys.executable, "-m", "airetrain", "status", "--configfile", str(cfg), "--json"],
                                 cwd=work, env=env).stdout)   # stop is still held: it has not finished
+        wait_for(lambda: stops(runs / "pl"), timeout=400, what="the deadline stop of pl")
         hold.unlink()   # the stops happened: the rest trains at full speed
         assert first.wait(timeout=900) == 1, (work / "first.log").read_text()[-5000:]   # victim failed (--retries 0)
         lab.write_text(original)   # the second invocation's new run captures the original code
         # the profile's settings: resumes what did not finish, and trains "retried", stopped by a SIGTERM
         retried = retry_a_stop_the_job_cannot_requeue(work, cfg, env)
         return (work, env, victim_job, (work / "first.log").read_text(), (work / "second.log").read_text(), retried,
-                {row["run"]: row for row in status}, edited_at, mlflow_server)
+                {row["run"]: row for row in status}, edited_at, mlflow_server,
+                {row["run"]: row for row in pl_status})
 
 
 def retry_a_stop_the_job_cannot_requeue(work, cfg, env) -> str:
@@ -275,3 +295,24 @@ def test_a_users_script_at_its_time_limit_stops_requeues_and_ends_as_uninterrupt
     run(cmd)
     assert_identical(flatten(torch.load(work / "results/script-stop/final.pt", weights_only=True)),
                      flatten(torch.load(reference / "final.pt", weights_only=True)), at_least=2)
+
+
+def test_a_lightning_script_on_two_nodes_stops_requeues_and_finishes_from_its_durable_checkpoint(interrupted):
+    """pl's callback: the deadline stop and requeue of the same job, torchrun's world of 4 in every session,
+    each resume from scratch's step-N.ckpt (the job's own fast root is purged), the planned end."""
+    work = interrupted[0]
+    stopped, starts = stops(work / "scratch" / "airetrain" / "pl"), sessions(work, "pl")
+    assert stopped and {(s["reason"], s["action"]) for s in stopped} == {("deadline", "requeued")}, stopped
+    assert len(starts) == len(stopped) + 1 and len({s["slurm_job_id"] for s in starts}) == 1, starts
+    worlds = [json.loads(line) for line in (work / "results/pl/sessions.jsonl").read_text().splitlines()]
+    assert [w["world_size"] for w in worlds] == [4] * len(starts) and worlds[0]["resumed_from"] is None
+    assert [w["resumed_from"] for w in worlds[1:]] == [
+        str(durable(work, "pl") / f"step-{s['step']:08d}.ckpt") for s in stopped]
+    final = read_json(work / "results/pl/final.json")
+    assert final["step"] == PL_EPOCHS * PL_STEPS_PER_EPOCH == read_json(work / "results/pl/train.json")["steps"]
+    # while it trained, `airetrain status` showed its step; the report has its samples/s
+    status = interrupted[9]["pl"]
+    assert status["state"] == "training" and f"/{PL_EPOCHS * PL_STEPS_PER_EPOCH}" in status["detail"], status
+    with open(work / "results" / "report" / "efficiency.csv") as f:
+        row = next(r for r in csv.DictReader(f) if r["run"] == "pl")
+    assert float(row["samples_per_s"]) > 0
