@@ -24,24 +24,19 @@ except ImportError:
                       "pip install 'transformers[torch]' (or: pip install 'airetrain[hf]')") from None
 
 from . import job
-from .checkpoint.mirror import MIRROR_INDEX
-from .fsutil import read_json, sha256_file
+from .checkpoint.mirror import verify
 
 DEFAULT_OUTPUT_DIR = "trainer_output"   # transformers' output_dir when none is given
 
 
-def _complete(folder: Path, index: dict | None) -> bool:
+def _complete(folder: Path, durable: bool) -> bool:
     """A checkpoint-N folder the Trainer finished (trainer_state.json is written last), and, for a
     durable copy, every file as the launcher recorded it (sha256)."""
-    state = folder / "trainer_state.json"
     try:
-        json.loads(state.read_text())
+        json.loads((folder / "trainer_state.json").read_text())
+        return not durable or bool(verify(folder.parent, folder.name))
     except (OSError, ValueError):
         return False
-    if index is None:
-        return True
-    files = {rel: entry for rel, entry in index.items() if Path(rel).parts[0] == folder.name}
-    return bool(files) and all(sha256_file(folder.parent / rel) == e["sha256"] for rel, e in files.items())
 
 
 class Airetrain(TrainerCallback):
@@ -56,12 +51,9 @@ class Airetrain(TrainerCallback):
         scratch (a requeued job's fast root is new and empty; on several nodes, the one every rank
         sees); None on a first start."""
         durable = job.durable_dir()
-        index_path = durable / MIRROR_INDEX
-        index = read_json(index_path)["files"] if index_path.exists() else {}
-        roots = [(root, index if root == durable else None) for root in job.resume_dirs()]
-        found = [(int(p.name.split("-")[1]), i, p) for i, (root, idx) in enumerate(roots)
+        found = [(int(p.name.split("-")[1]), i, p) for i, root in enumerate(job.resume_dirs())
                  if root.is_dir() for p in root.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
-                 and _complete(p, idx)]
+                 and _complete(p, root == durable)]
         return str(min(found, key=lambda f: (-f[0], f[1]))[2]) if found else None
 
     def on_init_end(self, args, state, control, **kwargs):

@@ -79,7 +79,7 @@ def save(state: dict, step: int) -> Path | None:
 def load_latest(map_location="cpu"):
     """The newest checkpoint that loads (weights_only=True): on the fast root, else the durable
     copy on scratch (a requeued job may run where the fast root is empty). None if there is none."""
-    dirs = [checkpoint_dir(), Path(os.environ.get("AIRETRAIN_DURABLE_DIR", checkpoint_dir()))]
+    dirs = [checkpoint_dir(), durable_dir()]
     candidates = sorted({p.name: p for d in reversed(dirs) if d.is_dir() for p in d.glob("step-*.pt")}.items(),
                         reverse=True)
     for _, path in candidates:

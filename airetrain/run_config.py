@@ -201,6 +201,11 @@ class Tracking(_Record):
     mlflow: MlflowTracking | None
     log_weights: str
 
+    @property
+    def named(self) -> dict:
+        """{tracker: its settings} for each tracker the run names (each one's package is its name)."""
+        return {name: cfg for name, cfg in (("wandb", self.wandb), ("mlflow", self.mlflow)) if cfg is not None}
+
 
 @dataclass(frozen=True)
 class RunConfig(_Record):

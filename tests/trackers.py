@@ -60,7 +60,7 @@ def histories(client, run_id: str) -> dict[str, list[tuple[int, float]]]:
 def wandb_sessions(scratch: Path, run: str) -> dict[str, list[list[dict]]]:
     """{W&B run id: each offline session's history rows, oldest first} of an airetrain run."""
     from airetrain.tracking import wandb_files
-    from airetrain.tracking.sync import SESSION
+    from airetrain.tracking.wandb_files import SESSION
 
     folder = scratch / "airetrain" / run / "tracking" / "wandb" / "wandb"
     ids = sorted({SESSION.match(p.name)["id"] for p in folder.glob("offline-run-*")})

@@ -78,10 +78,12 @@ class Mirror:
         return verify(self.durable)
 
 
-def verify(durable: Path) -> dict:
-    """The mirror's durable files, each hashed again against MIRROR_INDEX; raises if one differs."""
+def verify(durable: Path, under: str | None = None) -> dict:
+    """The mirror's durable files (under: those in that folder of it), each hashed again against
+    MIRROR_INDEX; raises if one differs."""
     index = Path(durable) / MIRROR_INDEX
     files = read_json(index)["files"] if index.exists() else {}
+    files = {rel: e for rel, e in files.items() if under is None or Path(rel).parts[0] == under}
     for rel, entry in files.items():
         if sha256_file(Path(durable) / rel) != entry["sha256"]:
             raise OSError(f"{Path(durable) / rel}: sha256 does not match {MIRROR_INDEX} (corrupt or changed)")

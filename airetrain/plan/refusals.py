@@ -5,6 +5,7 @@ refuses a run with all of them at once. Warnings are returned: the run goes ahea
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from ..builtin_models import MODELS, channels_last_applies
@@ -16,7 +17,7 @@ from ..records import Script
 from ..roots import Root, is_under
 from ..run_config import RunConfig, Settings, Site
 from ..shards import INDEX
-from ..tracking.names import PACKAGES, uri_problem
+from ..tracking.names import uri_problem
 from .config import SLURM_NAME
 
 
@@ -200,12 +201,10 @@ def tracking(name: str, run: RunConfig, site: Site, problems: list[str]) -> list
     """Trackers: each one's package installed (they are optional extras), an MLflow URI that is a
     server or a store without a password; warnings for online W&B where the compute nodes reach no
     internet, and for a script (it logs to its own tracker)."""
-    import importlib.util
-
     t, warnings = run.tracking, []
-    for tracker, cfg in (("wandb", t.wandb), ("mlflow", t.mlflow)):
-        if cfg is not None and importlib.util.find_spec(PACKAGES[tracker]) is None:
-            problems.append(f"runs.{name}.tracking.{tracker} needs the {PACKAGES[tracker]} package, which is not "
+    for tracker in t.named:
+        if importlib.util.find_spec(tracker) is None:
+            problems.append(f"runs.{name}.tracking.{tracker} needs the {tracker} package, which is not "
                             f"installed here: pip install 'airetrain[{tracker}]'")
     if t.mlflow is not None and (why := uri_problem(t.mlflow.tracking_uri)):
         problems.append(f"runs.{name}.tracking.mlflow.tracking_uri = {t.mlflow.tracking_uri!r} is refused: {why}")

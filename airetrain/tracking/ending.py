@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 from ..records import Plan
+from .sender import short_error
 from .trackers import sinks
 
 log = logging.getLogger("airetrain.promote")
@@ -60,7 +61,7 @@ def end(plan: Plan, train: dict, checkpoint: dict, job_ids: list[str], project_d
             sink.close()
             results[sink.name] = {"ended": True, "error": None}
         except Exception as error:   # the checkpoints are durable whatever the tracker says
-            message = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+            message = short_error(error)
             log.warning("tracking: %s could not be told the run's end (%s); the run's files are complete", sink.name,
                         message)
             results[sink.name] = {"ended": False, "error": message}

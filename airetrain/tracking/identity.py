@@ -37,15 +37,15 @@ class Identity:
         recorded one starts a new tracker run. None (the promote step): the recorded run."""
         self.path = directory(durable_dir) / RECORD
         self.run = run
-        self.data = read_json(self.path) if self.path.exists() else {}
+        self.data = recorded(durable_dir)
         if fingerprint and self.data.get("fingerprint") not in (None, fingerprint):
             supersede(durable_dir)
-            self.data = read_json(self.path)
-        if not self.data.get("generation"):
-            self.data = {**self.data, "generation": secrets.token_hex(4), "created": time.time()}
+            self.data = recorded(durable_dir)
+        new = {} if self.data.get("generation") else {"generation": secrets.token_hex(4), "created": time.time()}
         if fingerprint and self.data.get("fingerprint") != fingerprint:
-            self.data = {**self.data, "fingerprint": fingerprint}
-        if self.data != (read_json(self.path) if self.path.exists() else None):
+            new["fingerprint"] = fingerprint
+        if new:
+            self.data = {**self.data, **new}
             self.save()
 
     @property

@@ -12,14 +12,6 @@ TAGS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", 
         "data_wait_frac": "train/data_wait_frac", "epoch": "train/epoch", "gpu_util": "gpu/util_percent",
         "gpu_mem_gb": "gpu/mem_gb"}
 
-# The packages each tracker needs, and the extra that installs them.
-PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
-
-# W&B project and entity names, MLflow experiment names: what the trackers' own pages accept, and
-# nothing a shell or a URL would read as syntax.
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-NAME_ALLOWED = "letters, digits, '_', '.' and '-', starting with a letter or digit, at most 128"
-
 # Variables whose values are credentials: never written into a record, a log or a tracker.
 SECRET_SUFFIXES = ("_TOKEN", "_KEY", "_PASSWORD", "_SECRET")
 

@@ -44,7 +44,8 @@ def _points(figures: dict) -> dict[str, float]:
             if (name := tag(k)) and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def _short(error: BaseException) -> str:
+def short_error(error: BaseException) -> str:
+    """A tracker's failure in one line, for the log and train.json."""
     return f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
 
 
@@ -101,7 +102,7 @@ class Sender:
             c = self.counts[sink.name]
             c["lost"] += lost
             if c["error"] is None:
-                c["error"] = _short(error)
+                c["error"] = short_error(error)
                 log.warning("tracking: %s failed (%s); training goes on, and train.json counts what it did not log",
                             sink.name, c["error"])
         self._failed_at[sink.name] = time.monotonic()

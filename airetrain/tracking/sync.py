@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import netrc
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -23,11 +22,11 @@ from urllib.parse import urlsplit
 from ..errors import ConfigError
 from ..fsutil import read_json, write_json_atomic
 from .identity import directory, recorded
+from .wandb_files import sessions
 from .wandb_sink import wandb_root
 
 SYNCED = "wandb-synced.json"
 DEFAULT_HOST = "https://api.wandb.ai"
-SESSION = re.compile(r"^offline-run-\d{8}_\d{6}-(?P<id>[A-Za-z0-9_-]+)$")
 
 
 @dataclass(frozen=True)
@@ -55,14 +54,13 @@ def pending(run: str, durable_dir: Path) -> list[Upload]:
     ids = recorded(durable_dir)
     known = [ids, *ids.get("superseded", [])]
     projects = {(k.get("wandb") or {}).get("id"): k["wandb"] for k in known if (k.get("wandb") or {}).get("id")}
-    done = synced(durable_dir)
-    by_id: dict[str, list[Path]] = {}
-    for session in sorted((wandb_root(durable_dir) / "wandb").glob("offline-run-*")):
-        match = SESSION.match(session.name)
-        if match and match["id"] in projects and done.get(session.name) != size(session):
-            by_id.setdefault(match["id"], []).append(session)
-    return [Upload(run, run_id, projects[run_id]["project"], projects[run_id].get("entity"), sessions)
-            for run_id, sessions in by_id.items()]
+    done, folder = synced(durable_dir), wandb_root(durable_dir) / "wandb"
+    out = []
+    for run_id, project in projects.items():
+        new = [f.parent for f in sessions(folder, run_id) if done.get(f.parent.name) != size(f.parent)]
+        if new:
+            out.append(Upload(run, run_id, project["project"], project.get("entity"), new))
+    return out
 
 
 def synced(durable_dir: Path) -> dict[str, int]:

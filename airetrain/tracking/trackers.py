@@ -17,8 +17,7 @@ from .wandb_sink import WandbSink
 
 def named(plan: Plan) -> list[str]:
     """The trackers a run's config names."""
-    t = plan.config.tracking
-    return [name for name, cfg in (("wandb", t.wandb), ("mlflow", t.mlflow)) if cfg is not None]
+    return list(plan.config.tracking.named)
 
 
 def sinks(plan: Plan, project_dir: Path, job_type: str = "train", fingerprint: str | None = None) -> list:

@@ -11,12 +11,14 @@ whole record.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
 BLOCK = 32 * 1024
 HEADER = 7            # the file's W&B header, and each record's
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+SESSION = re.compile(r"^offline-run-\d{8}_\d{6}-(?P<id>[A-Za-z0-9_-]+)$")   # a session's folder, and its run id
 
 
 def raw_records(path: Path):
@@ -63,8 +65,8 @@ def records(path: Path):
 
 def sessions(wandb_dir: Path, run_id: str) -> list[Path]:
     """A run's offline session files under a W&B folder (WANDB_DIR/wandb), oldest first."""
-    return sorted(Path(wandb_dir).glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"),
-                  key=lambda p: p.parent.name)
+    folders = (p for p in Path(wandb_dir).glob("offline-run-*") if (m := SESSION.match(p.name)) and m["id"] == run_id)
+    return sorted(f / f"run-{run_id}.wandb" for f in folders if (f / f"run-{run_id}.wandb").exists())
 
 
 def history(path: Path) -> list[dict]:

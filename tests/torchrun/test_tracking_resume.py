@@ -138,7 +138,7 @@ def test_a_restart_starts_a_new_tracker_run_and_tags_the_old_one_superseded(tmp_
     """`airetrain restart` keeps the old tracker runs and marks them; the next training's first session
     creates new ones and tags the old: MLflow's tags, and a W&B offline session of the old run id."""
     from airetrain.restart import restart
-    from airetrain.tracking.sync import SESSION
+    from airetrain.tracking.wandb_files import SESSION
     from airetrain.tracking.trackers import sinks
 
     plan = make_plan({"device": "cpu", "data": {"name": "synthetic"}, "tracking": tracked(server, "restart")}, tmp_path)

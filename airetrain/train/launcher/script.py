@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from ...checkpoint import store
-from ...environment import expand_script_args
 from ...checkpoint.mirror import Mirror
+from ...environment import expand_script_args
 from ...records import STOPPED, Plan, StageRecord, TrainRecord, read_record, write_record
 from ...roots import run_dir
 from ...run_log import record_session
