@@ -9,6 +9,7 @@ maps its modules):
     train/           training under torchrun, its launch, and script mode
     checkpoint/      checkpoints saved, promoted to scratch and resumed
     report/          the efficiency report, the results table, `airetrain status`
+    tune/            a search's Optuna study on the submitting side: its steps, its table
     tracking/        W&B and MLflow: the trainer's figures sent, one tracker run per run (shared: the trainer,
                      the promote step and `airetrain sync` use it)
     workflow/        the Snakemake workflow, shipped in the package: Snakefile, rules, schema, profiles
@@ -19,6 +20,7 @@ The commands (they may import anything):
     job              airetrain.job, for a user's own torchrun script: the deadline and requeue contract
     lightning        airetrain.lightning: the same contract as one Lightning callback
     hf               airetrain.hf: the same contract as one Hugging Face Trainer callback
+    tuning           the search's steps as commands (`airetrain tune-step`, `tune-table`)
     doctor           `airetrain doctor`: what this environment can run
     __main__         `python -m airetrain`
 
@@ -33,6 +35,8 @@ Shared (they import only each other):
     run_log          a run's durable logs and record    history       each finished run's profile and figures
     sizing           requests sized from measurements (right-sizing and the advice)
     schedule         when to save and to evaluate, where a resume continues
+    search_space     a tune's space, its trials' names, configs and rungs
+    direction        which way an evaluation figure is better
     catalog          the built-in datasets               builtin_models  the built-in models and losses
     hardware         the GPU table                       environment   each rank's environment variables
     dataset_trees    datasets on disk: listings, manifests

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .fsutil import NoSpaceError
+from . import tuning
 from .resolve import resolve_plan
 
 
@@ -198,6 +199,7 @@ def _report(args) -> None:
             return
         df, results = frame(rows, columns), None
     elif args.runs:
+        args.runs = tuning.report_names(args.results, args.runs)
         df = table(args.results, args.runs)
         results = args.results
         if args.out:   # the pipeline's report: the finished runs join their durable history
@@ -371,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="+", metavar="RUN_OR_GROUP")
     p.set_defaults(func=_compare)
 
+    tuning.add_parsers(sub)
     return parser
 
 

@@ -112,6 +112,8 @@ class Plan:
     evaluates: Doc[Optional[dict], "an evaluation run (evaluate:): the run whose weights it evaluates (run, which), "
                                    "and that run's data section and dataset, for the plan step's shape check; "
                                    "none: a training run"] = None
+    tune_keys: Doc[Optional[list], "a tuned run (tune:): its space's keys in the config's order, the order the "
+                                   "study suggests them in (plan.json sorts its keys); none: not tuned"] = None
 
     def replace(self, **changes) -> "Plan":
         return dataclasses.replace(self, **changes)
@@ -152,6 +154,8 @@ class TrainRecord(TypedDict):
     steps_this_session: Doc[int, "optimizer steps done in this session (after a resume: since it)"]
     seed: NotRequired[Doc[int, "train.seed: the seed this run trained with (each rank's streams derive from it)"]]
     epochs: Doc[int, "epochs configured"]
+    steps_per_epoch: NotRequired[Doc[int, "optimizer steps in one epoch: an evaluation at step k x this is the one "
+                                          "after k epochs (a tune reports it there)"]]
     resumed_from_step: Doc[int, "the step this session resumed from (0: a fresh start)"]
     train_seconds: Doc[float, "seconds of the training loop, save stalls included"]
     samples_per_s: Doc[Optional[float], "training throughput, all ranks"]

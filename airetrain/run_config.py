@@ -83,6 +83,7 @@ class Model(_Record):
     init_from: str | dict | None    # a path, or {run, which}
     init_strict: bool
     freeze: list[str]
+    options: dict                   # a user model's own hyperparameters (model.options.<key>)
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,34 @@ class Tracking(_Record):
 
 
 @dataclass(frozen=True)
+class Tune(_Record):
+    # defaults here, not in the schema: Snakemake's validate cannot fill keys under an option that is null
+    space: dict                      # dotted run key -> its distribution, in the order they are suggested
+    trials: int = 20
+    metric: str | None = None        # None: checkpoint.monitor
+    sampler: dict | None = None      # {tpe|random|grid: {seed}}; None: tpe, seed 0
+    pruner: str | dict | None = None  # none, or {successive_halving: {min_epochs, reduction}}; None: the latter
+    parallel: int | None = None      # None: as many as the GPU cap allows
+
+    @property
+    def sampler_name(self) -> str:
+        return next(iter(self.sampler or {"tpe": {}}))
+
+    @property
+    def seed(self) -> int:
+        options = (self.sampler or {}).get(self.sampler_name) or {}
+        return 0 if options.get("seed") is None else options["seed"]
+
+    @property
+    def halving(self) -> dict | None:
+        """{min_epochs, reduction} of successive halving, or None: no pruner."""
+        if self.pruner == "none":
+            return None
+        options = (self.pruner or {}).get("successive_halving") or {}
+        return {"min_epochs": options.get("min_epochs", 1), "reduction": options.get("reduction", 3)}
+
+
+@dataclass(frozen=True)
 class RunConfig(_Record):
     """One run, every key filled in."""
     device: str
@@ -238,6 +267,7 @@ class RunConfig(_Record):
     code: Code
     slurm: Slurm
     tracking: Tracking
+    tune: Tune | None
 
 
 @dataclass(frozen=True)

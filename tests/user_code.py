@@ -43,6 +43,12 @@ def regressor(meta, cfg):
     return nn.Sequential(nn.Linear(meta["features"], 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
 
 
+def tunable(meta, cfg):
+    """A regressor whose hidden width is the user's own hyperparameter: model.options.hidden."""
+    hidden = cfg["options"]["hidden"]
+    return nn.Sequential(nn.Linear(meta["features"], hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+
 def mse(output, batch):
     return nn.functional.mse_loss(output.float(), batch[1])
 

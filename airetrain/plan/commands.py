@@ -15,6 +15,9 @@ STEPS = {
     "promote": ("promote", "--plan", "{plan}", "--train", "{train}", "--out", "{out}", "--record", "{record}",
                 "--project-dir", "{project_dir}"),
     "report": ("report", "--results", "{results}", "--out", "{out}"),
+    "tune_step": ("tune-step", "--plan", "{plan}", "--settings-json", "{settings_json}", "--slot", "{slot}",
+                  "--step", "{index}", "--out", "{out}"),
+    "tune_table": ("tune-table", "--plan", "{plan}", "--out", "{out}"),
 }
 
 

@@ -148,7 +148,24 @@ def resolve(config: dict) -> tuple[Settings, dict[str, RunConfig]]:
                                          f"runs.{name}")
     runs = evaluation_runs(runs)
     check_init_from(runs)
+    check_tunes(runs, grids)
     return Settings.from_dict({"roots": top["roots"], "site": top["site"]}), runs
+
+
+def check_tunes(runs: dict[str, RunConfig], grids: dict[str, dict]) -> None:
+    """A tuned run is not also a grid (sweep: or seeds:, whose runs would each be searched), and no run is
+    named as its trials are: refused before anything is submitted."""
+    from .tune import colliding_names
+
+    problems = colliding_names(runs)
+    for name, grid in grids.items():
+        expanded = sweep.expand({name: {}}, grid) if grid else {}
+        if any(runs[new].tune for new in expanded):
+            kinds = " and ".join(sorted({"seeds" if k == "train.seed" else "sweep" for k in grid}))
+            problems.append(f"runs.{name}.tune beside {kinds} ({', '.join(grid)}): a search proposes its own trials; "
+                            "tune one run, or give each grid point its own run with its own tune")
+    if problems:
+        raise ConfigError("\n".join(problems))
 
 
 def starts_from(run: RunConfig) -> str | None:

@@ -7,9 +7,11 @@ the rules read it, the launcher reads it, the trainer reads it.
     plan_run       one run: its layout, request and refusals (layout.py, request.py, refusals.py)
     plan_all       every run of a config in one process, all refusals reported together
     plan_workflow  the plans of one Snakemake parse, on the submit host or inside a job
+    plan_rung      a tuned run's trial, trained to a rung: planned from the trial's file, once the study wrote it
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from datetime import datetime
@@ -22,7 +24,8 @@ from ..quota import dataset_size
 from ..records import Minutes, Plan, PlanRoots, RecordError, read_record
 from ..roots import Root, durable_root, run_dir
 from ..run_config import RunConfig, Settings
-from . import config as cfg, layout, refusals, sweep
+from ..search_space import parse_rung, rungs, trial_config, trial_file, trial_name
+from . import config as cfg, layout, refusals, sweep, tune
 from .request import slurm_request, torchrun_args
 from .rightsize import measured_requests
 
@@ -50,6 +53,7 @@ def plan_run(name: str, run: RunConfig, settings: Settings, scratch: Root, env=N
     account = refusals.account(name, run, env, problems)
     warnings += refusals.trainer(name, run, device, problems)
     warnings += refusals.tracking(name, run, site, problems)
+    tune.refusals(name, run, settings, problems)
     script = refusals.script(name, run, problems)
     refusals.refuse(name, problems)
 
@@ -140,14 +144,14 @@ def _planned(results: str | Path | None, name: str) -> Plan | None:
 
 
 def plan_all(config: dict, env=None, scratch: Root | None = None,
-             results: str | Path | None = None, forecast_now: bool = True) -> dict[str, Plan]:
+             results: str | Path | None = None, forecast_now: bool = True) -> PlansWithTrials:
     """Plan every run in one process; all refusals are reported together.
 
     scratch: the durable root already decided where the workflow was planned (see plan_workflow);
     without it the root is resolved here, from the config and the environment. results: where
     each run's plan.json is: a right-sized run keeps the requests it was planned with, and a run
     whose layout a forecast chose keeps that layout. forecast_now: False inside a job, which never
-    asks the scheduler."""
+    asks the scheduler. A tuned run's trials are planned when first looked up (plan/tune.py)."""
     settings, runs = cfg.resolve(config)
     scratch = scratch or durable_root(settings.roots.scratch, env)
     plans, problems = {}, []
@@ -162,11 +166,12 @@ def plan_all(config: dict, env=None, scratch: Root | None = None,
         raise ConfigError("\n".join(problems))
     groups = sweep.groups(runs)
     points = cfg.sweep_points(config, runs)
-    plans = {name: plan.replace(group=groups[name], sweep=points.get(name, {}), evaluates=_evaluates(plan, plans))
+    plans = {name: plan.replace(group=groups[name], sweep=points.get(name, {}), evaluates=_evaluates(plan, plans),
+                                tune_keys=list(plan.config.tune.space) if plan.config.tune else None)
              for name, plan in plans.items()}
     for warning in [w for p in plans.values() for w in p.warnings] + plan_warnings(plans, settings):
         log.warning(warning)
-    return plans
+    return PlansWithTrials(plans, settings, results if results is not None else "results")
 
 
 def _evaluates(plan: Plan, plans: dict[str, Plan]) -> dict | None:
@@ -178,7 +183,7 @@ def _evaluates(plan: Plan, plans: dict[str, Plan]) -> dict | None:
             "dataset": str(source.dataset) if source.dataset else None}
 
 
-def plan_workflow(config: dict, in_job: bool, results: str | Path = "results") -> dict[str, Plan]:
+def plan_workflow(config: dict, in_job: bool, results: str | Path = "results") -> PlansWithTrials:
     """The plans of a Snakemake parse: on the submit host from the config and the environment; inside a
     job with the durable root of the newest results/<run>/plan.json (written by this invocation's
     plan rules, which run on the submit host before any job)."""
@@ -225,3 +230,40 @@ def plan_warnings(plans: dict[str, Plan], settings: Settings) -> list[str]:
         warnings.append(f"these {len(plans)} runs ask for {demand} GPUs together, over the per-user limit of "
                         f"{limit} (site.max_gpus_per_user): at most {limit} GPUs run at once, the rest queue")
     return warnings
+
+
+class PlansWithTrials(dict):
+    """{run: plan} of a parse, where the rung of a trial (<tune>-t<NNN>-e<epochs>) is planned when first
+    looked up, from its trial's file: the rules' resources and commands find it as any run's."""
+
+    def __init__(self, plans: dict[str, Plan], settings: Settings, results: str | Path = "results"):
+        super().__init__(plans)
+        self.settings, self.results = settings, results
+        self.tunes = {name for name, plan in plans.items() if plan.config.tune}
+
+    def __missing__(self, name: str) -> Plan:
+        rung = parse_rung(name, self.tunes)
+        if rung is None:
+            raise KeyError(name)
+        self[name] = plan = plan_rung(self[rung[0]], *rung[1:], self.settings, self.results)
+        return plan
+
+
+def plan_rung(tuned: Plan, number: int, epochs: int, settings: Settings, results: str | Path = "results") -> Plan:
+    """The plan of a trial's rung: the tuned run's config with the trial's parameters, trained to epochs, as
+    the trial's run (its checkpoints, lock and trackers) with a results folder of the rung's own."""
+    path = trial_file(tuned.run, number, results)
+    try:
+        params = json.loads(path.read_text())["params"]
+    except (OSError, ValueError, KeyError) as e:
+        raise ConfigError(f"trial {number} of {tuned.run}: its file {path} cannot be read ({e}); the study's "
+                          "step writes it before the trial is planned") from None
+    name = trial_name(tuned.run, number)
+    run = RunConfig.from_dict(trial_config(tuned.config.to_dict(), params, epochs), name)
+    scratch = Root(Path(tuned.roots.scratch), tuned.roots.scratch_source)
+    plan = plan_run(name, run, settings, scratch)
+    return plan.replace(results_dir=Path(results) / f"{name}-e{epochs}", group=name, sweep=params)
+
+
+def rung_epochs(tuned: Plan) -> list[int]:
+    return rungs(tuned.config.train.epochs, tuned.config.tune.halving)

@@ -103,6 +103,7 @@ def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end:
         precision=plan.precision, device=plan.device,
         global_batch=batch.global_, per_device_batch=batch.per_device, grad_accum=batch.grad_accum,
         steps=s.position.step, steps_this_session=steps, seed=plan.config.train.seed, epochs=plan.config.train.epochs,
+        steps_per_epoch=s.data.steps_per_epoch,
         resumed_from_step=s.position.step - steps,
         train_seconds=round(train_s, 3),
         samples_per_s=round(samples / train_s, 2) if steps else None,

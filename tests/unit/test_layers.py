@@ -1,10 +1,10 @@
 """The package's dependency order, read from its source (imports inside functions included):
 
     shared modules (airetrain/*.py but the commands)    import only shared modules
-    stages (plan, stage, checkpoint, report, train)      import shared modules and themselves, and another
-                                                         stage only where ALLOWED says why
+    stages (plan, stage, checkpoint, report, train,      import shared modules and themselves, and another
+    tune)                                                stage only where ALLOWED says why
     commands (cli, job, lightning, hf, doctor,           import anything
-    resolve, __main__, the workflow's scripts)
+    resolve, tuning, __main__, the workflow's scripts)
 
 and no cycle between any two modules of the package."""
 import ast
@@ -13,8 +13,8 @@ from pathlib import Path
 from conftest import REPO
 
 PACKAGE = REPO / "airetrain"
-STAGES = {"plan", "stage", "checkpoint", "report", "train"}
-COMMANDS = {"cli", "job", "lightning", "hf", "doctor", "resolve", "__main__"}
+STAGES = {"plan", "stage", "checkpoint", "report", "train", "tune"}
+COMMANDS = {"cli", "job", "lightning", "hf", "doctor", "resolve", "tuning", "__main__"}
 ALLOWED = {("train", "checkpoint"): "the trainer saves and resumes through the checkpointer, and script mode "
                                     "mirrors a script's checkpoints to scratch"}
 

@@ -17,10 +17,13 @@ PYTHON = {"integer": {int}, "number": {int, float}, "string": {str}, "boolean": 
 
 
 def schema_types(node: dict) -> set[type] | None:
-    """The Python types a schema node admits (None: an object, checked as a record)."""
+    """The Python types a schema node admits (None: an object of named keys, checked as a record; a map of any
+    keys, such as model.options, is a dict)."""
     node = resolve_ref(node, SCHEMA)
-    if node.get("type") == "object" or "properties" in node:
+    if "properties" in node:
         return None
+    if node.get("type") == "object":
+        return {dict}
     if "anyOf" in node:
         return set().union(*(schema_types(sub) or {dict} for sub in node["anyOf"]))
     if "enum" in node:

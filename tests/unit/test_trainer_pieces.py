@@ -148,7 +148,8 @@ def test_train_record_is_a_complete_train_json_with_per_step_figures(process_gro
     figures = gathered_figures(D, progress, {"gpu_util_mean": None, "gpu_mem_peak_bytes": None})
     checkpoints = SimpleNamespace(stalls=[0.1, 0.3], latest={"path": "/x/step-00000010.pt"},
                                   path=WritePath("synchronous", "auto: the ranks keep all 2 cores busy"))
-    session = Session(PLAN, D, SimpleNamespace(meta={"shape": [3], "classes": 2}), Parallel(linear(), PLAN, D.device),
+    data = SimpleNamespace(meta={"shape": [3], "classes": 2}, steps_per_epoch=4)
+    session = Session(PLAN, D, data, Parallel(linear(), PLAN, D.device),
                       BUILT_IN, None, None, None, probe=None, flops_per_micro=1000, position=Position(10, 0, 10))
     record = train_record(session, progress, checkpoints, Finish(
         train_s=8.0, final_wait_s=0.5, figures=figures, evaluation={"loss": 0.6, "metrics": {"accuracy": 0.75}},

@@ -22,6 +22,7 @@ from airetrain.plan.interpreter import rule_python
 from airetrain.plan.planner import datasets_to_prepare, plan_workflow
 from airetrain.plan.overview import format_table
 from airetrain.profiles import account_problem, unquoted
+from airetrain.search_space import default_parallel
 from airetrain.typed import to_dict
 from airetrain.workflow import TRAIN_SCRIPT
 
@@ -41,17 +42,27 @@ if problem := account_problem(PROFILE_ACCOUNT, "the profile's default-resources"
 if workflow.is_main_process:
     logger.info(f"airetrain plan:\n{format_table(PLANS)}")
 
-RUNS = list(PLANS)
+# A tuned run trains no weights itself: its trials do, each rung a run <tune>-t<NNN>-e<epochs> (rules/tune.smk).
+TUNES = sorted(PLANS.tunes)
+RUNS = [name for name in PLANS if name not in PLANS.tunes]
 PREPARED_DATASETS = datasets_to_prepare(PLANS)
+SETTINGS_JSON = json.dumps(to_dict(PLANS.settings), sort_keys=True)
 
 
 wildcard_constraints:
-    run="|".join(map(re.escape, RUNS)),
+    run="|".join(
+        [*map(re.escape, [*RUNS, *TUNES])]
+        + ([f"(?:{'|'.join(map(re.escape, TUNES))})-t[0-9][0-9][0-9]+-e[0-9]+"] if TUNES else [])
+    ),
+    tune="|".join(map(re.escape, TUNES)) or "(?!)",
+    slot="[0-9]+",
+    step="[0-9]+",
 
 
 def get_final_outputs():
     return [
         *expand("results/{run}/checkpoint.json", run=RUNS),
+        *expand("results/{tune}/tune.csv", tune=TUNES),
         "results/report/efficiency.csv",
         "results/report/efficiency.md",
         "results/report/efficiency.html",
@@ -89,3 +100,39 @@ def account(wildcards):
 
 def minutes(step):
     return lambda wildcards: getattr(PLANS[wildcards.run].time_min, step)
+
+
+# A tuned run's search (rules/tune.smk): its slots, and the chain of each slot's steps.
+def tune_parallel(tune):
+    plan = PLANS[tune]
+    return plan.config.tune.parallel or default_parallel(
+        plan.config.tune.trials, plan.gpus, PLANS.settings.site.max_gpus_per_user
+    )
+
+
+def step_decision(tune, slot, step):
+    """The decision of a slot's step (Snakemake runs the step first, if it has not run)."""
+    with open(checkpoints.tune_step.get(tune=tune, slot=slot, step=step).output[0]) as f:
+        return json.load(f)
+
+
+def previous_rung(wildcards):
+    """The rung the previous step of this slot trained (its promoted checkpoint), which this step tells the study."""
+    step = int(wildcards.step)
+    if step == 0:
+        return []
+    decision = step_decision(wildcards.tune, wildcards.slot, step - 1)
+    return [] if decision.get("done") else run_paths(f"{decision['trial']}-e{decision['epochs']}")["checkpoint"]
+
+
+def every_step(wildcards):
+    """Every slot's steps, up to the one that found the trials all asked."""
+    files = []
+    for slot in range(tune_parallel(wildcards.tune)):
+        step = 0
+        while True:
+            files.append(checkpoints.tune_step.get(tune=wildcards.tune, slot=slot, step=step).output[0])
+            if step_decision(wildcards.tune, slot, step).get("done"):
+                break
+            step += 1
+    return files

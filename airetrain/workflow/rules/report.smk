@@ -1,6 +1,7 @@
 rule report:
     input:
         expand("results/{run}/checkpoint.json", run=RUNS),
+        expand("results/{tune}/tune.csv", tune=TUNES),
     output:
         csv=report("results/report/efficiency.csv", caption="../report/table.rst", category="Efficiency"),
         md="results/report/efficiency.md",
@@ -17,7 +18,7 @@ rule report:
         results_html="results/report/results.html",
     params:
         cmd=lambda w, output: command(
-            "report", *RUNS, python=PYTHON, results="results", out=os.path.dirname(output.csv)
+            "report", *RUNS, *TUNES, python=PYTHON, results="results", out=os.path.dirname(output.csv)
         ),
     log:
         "logs/report.log",

@@ -1,0 +1,134 @@
+"""A slot's steps: what the study decides each time one of its trials' rungs ends.
+
+A tune runs `parallel` slots, each a chain of steps that Snakemake follows as checkpoints:
+
+    step 0: ask the study for a trial          -> train it to its first rung
+    step k: tell the study that rung's metric  -> the pruner keeps it: train it to its next rung
+                                                  it is pruned or complete: ask for the next trial
+                                                  every trial asked: the slot is done
+
+which is what `parallel` workers of a plain Optuna loop do, each trial's report and should_prune at every
+evaluation, with the epochs trained as the step. Nothing waits for a whole rung: each slot goes on as soon
+as its own rung ends. A step that died half way is taken again: a trial asked for this step is found by
+its slot and step, and a rung already told is not told twice.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..direction import direction
+from ..fsutil import read_json, write_json_atomic
+from ..records import Plan
+from ..search_space import parameters, rung_name, rungs, suggest, trial_file, trial_name, tune_folder
+from .study import open_study
+
+
+def step_path(folder: Path, slot: int, index: int) -> Path:
+    return folder / f"slot{slot}" / f"step{index}.json"
+
+
+def metric_of(tuned: Plan) -> tuple[str, str]:
+    """(the metric the trials report, min or max)."""
+    config = tuned.config
+    metric = config.tune.metric or config.checkpoint.monitor
+    return metric, direction(metric, config.checkpoint.mode, {})
+
+
+def decide(tuned: Plan, slot: int, index: int, results: str | Path = "results", refused=None) -> dict:
+    """The step's decision, written to its file: {trial, number, rung, epochs} to train next, or {done}.
+    refused(trial name, its parameters): why its plan refuses it, or None."""
+    import optuna
+
+    folder = tune_folder(tuned.run, results)
+    metric, mode = metric_of(tuned)
+    ladder = rungs(tuned.config.train.epochs, tuned.config.tune.halving)
+    with open_study(folder, tuned.config.tune, mode) as study:
+        decision = None
+        if index > 0:
+            previous = read_json(step_path(folder, slot, index - 1))
+            decision = _tell(optuna, study, previous, Path(results), metric, ladder)
+        if decision is None:
+            decision = _ask(optuna, study, tuned, slot, index, results, ladder, refused)
+    write_json_atomic(step_path(folder, slot, index), decision)
+    return decision
+
+
+def evaluations(folder: Path, metric: str, after: int, upto: int) -> tuple[list[tuple[int, float]], bool]:
+    """([(epochs trained, metric)] of a rung's evaluations at epoch ends after `after` epochs, up to `upto`, the
+    newest line of each step (a killed session's steps are logged again); whether early stopping ended it)."""
+    train = read_json(folder / "train.json")
+    per_epoch = train.get("steps_per_epoch")
+    by_step = {}
+    with open(folder / "metrics.jsonl") as f:
+        for line in f:
+            record = json.loads(line)
+            if record.get(metric) is not None:
+                by_step[record["step"]] = record[metric]
+    out = [(step // per_epoch, value) for step, value in sorted(by_step.items())
+           if per_epoch and step % per_epoch == 0 and after < step // per_epoch <= upto]
+    stopped = train.get("stopped_early")
+    return out, bool(stopped)
+
+
+def _tell(optuna, study, previous: dict, results: Path, metric: str, ladder: list[int]) -> dict | None:
+    """Report the rung the previous step trained; the next rung of the same trial, or None (it ended)."""
+    number, epochs = previous["number"], previous["epochs"]
+    frozen = study.trials[number]
+    if frozen.state.is_finished():
+        return None
+    start = ladder[previous["rung"] - 1] if previous["rung"] else 0
+    values, stopped = evaluations(results / rung_name(previous["trial"], epochs), metric, start, epochs)
+    if not values:
+        study.tell(number, state=optuna.trial.TrialState.FAIL)
+        return None
+    trial = optuna.trial.Trial(study, frozen._trial_id)
+    for at, value in values:
+        trial.report(value, at)
+        if trial.should_prune():
+            trial.set_user_attr("pruned_at_epochs", at)
+            study.tell(number, state=optuna.trial.TrialState.PRUNED)
+            return None
+    if stopped or epochs >= ladder[-1]:
+        study.tell(number, values[-1][1])
+        return None
+    rung = previous["rung"] + 1
+    return {"trial": previous["trial"], "number": number, "rung": rung, "epochs": ladder[rung]}
+
+
+def _ask(optuna, study, tuned: Plan, slot: int, index: int, results, ladder: list[int], refused) -> dict:
+    """A new trial for this step (the one asked for it before a crash, if any), or {done: true}."""
+    tune = tuned.config.tune
+    params = parameters({key: tune.space[key] for key in tuned.tune_keys}, f"runs.{tuned.run}.tune")
+    while True:
+        for frozen in study.trials:
+            if frozen.user_attrs.get("slot") == slot and frozen.user_attrs.get("step") == index \
+                    and not frozen.state.is_finished():
+                return _first_rung(tuned.run, frozen.number, ladder)
+        if len(study.trials) >= tune.trials:
+            return {"done": True}
+        trial = study.ask()
+        values = suggest(trial, params)
+        name = trial_name(tuned.run, trial.number)
+        for key, value in (("run", name), ("slot", slot), ("step", index)):
+            trial.set_user_attr(key, value)
+        write_json_atomic(trial_file(tuned.run, trial.number, results),
+                          {"number": trial.number, "run": name, "params": values})
+        problem = refused(name, values) if refused else None
+        if problem is None:
+            return _first_rung(tuned.run, trial.number, ladder)
+        trial.set_user_attr("error", problem)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+
+def _first_rung(tune: str, number: int, ladder: list[int]) -> dict:
+    return {"trial": trial_name(tune, number), "number": number, "rung": 0, "epochs": ladder[0]}
+
+
+def chain(folder: Path, slot: int) -> list[dict]:
+    """The slot's decisions so far, in order."""
+    out, index = [], 0
+    while (path := step_path(folder, slot, index)).exists():
+        out.append(read_json(path))
+        index += 1
+    return out

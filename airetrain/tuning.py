@@ -1,0 +1,77 @@
+"""The tune's commands, which the workflow's rules run on the submitting side (local rules):
+
+    airetrain tune-step  --plan results/<tune>/plan.json --settings-json ... --slot S --step K --out FILE
+    airetrain tune-table --plan results/<tune>/plan.json --out results/<tune>
+
+A command, not a stage: a step plans the trial the study proposes (plan/tune.py), so that a trial whose
+plan is refused (a batch that does not divide, say) is failed in the study with the reason, not submitted.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import ConfigError
+from .records import Plan, read_record
+from .run_config import Settings
+
+
+def _step(args) -> None:
+    from .plan.planner import plan_rung, rung_epochs
+    from .search_space import tune_folder
+    from .tune.steps import decide, step_path
+
+    tuned = read_record(args.plan, Plan)
+    settings = Settings.from_dict(json.loads(args.settings_json))
+    results = Path(args.plan).parents[1]
+    if Path(args.out).resolve() != step_path(tune_folder(tuned.run, results), args.slot, args.step).resolve():
+        raise ConfigError(f"--out {args.out} is not the file of step {args.step} of slot {args.slot}")
+
+    def refused(name: str, params: dict) -> str | None:
+        try:
+            plan_rung(tuned, int(name.rsplit("-t", 1)[1]), rung_epochs(tuned)[0], settings, results)
+        except ConfigError as e:
+            return str(e)
+        return None
+
+    print(json.dumps(decide(tuned, args.slot, args.step, results, refused)))
+
+
+def _table(args) -> None:
+    from .tune.table import write_table
+
+    tuned = read_record(args.plan, Plan)
+    about = write_table(tuned, Path(args.out), Path(args.plan).parents[1])
+    best = about["best"]
+    print(f"tune {tuned.run}: " + (f"best trial {best['trial']} ({best['run']}), "
+                                   f"{about['metric']} = {best['value']:.6g}" if best else "no trial completed"))
+
+
+def report_names(results: str | Path, names: list[str]) -> list[str]:
+    """The results folders a report covers: a tuned run (results/<tune>/tune.csv) stands for the last rung each
+    of its trials trained, a row per trial."""
+    import csv
+
+    out = []
+    for name in names:
+        table = Path(results) / name / "tune.csv"
+        if not table.exists():
+            out.append(name)
+            continue
+        with open(table) as f:
+            out += [f"{row['run']}-e{row['epochs']}" for row in csv.DictReader(f) if row["run"] and int(row["epochs"])]
+    return out
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("tune-step", help="(the workflow's) tell the study a rung's result; ask for the next trial")
+    p.add_argument("--plan", required=True, help="the tuned run's plan.json")
+    p.add_argument("--settings-json", required=True, help="the config's roots and site, as JSON")
+    p.add_argument("--slot", type=int, required=True)
+    p.add_argument("--step", type=int, required=True)
+    p.add_argument("--out", required=True, help="the step's file (results/<tune>/tune/slot<S>/step<K>.json)")
+    p.set_defaults(func=_step)
+    p = sub.add_parser("tune-table", help="(the workflow's) the search's table and its best trial's weights")
+    p.add_argument("--plan", required=True, help="the tuned run's plan.json")
+    p.add_argument("--out", required=True, help="the folder of tune.csv, tune.md and tune.html")
+    p.set_defaults(func=_table)

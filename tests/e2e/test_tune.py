@@ -1,0 +1,111 @@
+"""A search through the pipeline (tune:, one slot): each trial a run of its own trained rung by rung, the
+promoted ones resumed from their checkpoints, and the study the same, trial by trial, as a plain Optuna
+study over the same space fed the same figures. A user model's own hyperparameter (model.options) is
+in the space."""
+import csv
+import json
+
+import pytest
+import yaml
+
+from conftest import read_json, snakemake
+from user_code import write_ownlab
+
+pytestmark = pytest.mark.e2e
+SPACE = {"optim.lr": {"loguniform": [1.0e-3, 1.0e-1]}, "model.options.hidden": {"choice": [4, 32]}}
+TUNED = {"gpus": 0, "processes": 2, "precision": "fp32",
+         "model": {"name": "ownlab.lab:tunable", "options": {"hidden": 16}},
+         "data": {"name": "ownlab.lab:regression_data"}, "batch": {"global": 64, "per_device": 32},
+         "optim": {"name": "adamw", "lr": 0.01}, "train": {"epochs": 4, "loss": "ownlab.lab:mse", "seed": 0},
+         "tune": {"space": SPACE, "trials": 5, "sampler": {"tpe": {"seed": 3}},
+                  "pruner": {"successive_halving": {"min_epochs": 1, "reduction": 2}}, "parallel": 1}}
+
+
+def evaluations(folder) -> dict[int, float]:
+    """{epochs trained: eval_loss} of a rung's results folder, at epoch ends."""
+    per_epoch = read_json(folder / "train.json")["steps_per_epoch"]
+    lines = [json.loads(line) for line in open(folder / "metrics.jsonl")]
+    return {line["step"] // per_epoch: line["eval_loss"] for line in lines
+            if "eval_loss" in line and line["step"] % per_epoch == 0}
+
+
+def plain_study(reported: dict[tuple, dict[int, float]]):
+    """Optuna's own loop over the same space, sampler and pruner, each trial reporting the figures the pipeline's
+    trial with the same parameters reported (a KeyError: the plain study proposed parameters the pipeline did not)."""
+    import optuna
+
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=3),
+                                pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2))
+    for _ in range(5):
+        trial = study.ask()
+        params = (trial.suggest_float("optim.lr", 1e-3, 1e-1, log=True),
+                  trial.suggest_categorical("model.options.hidden", [4, 32]))
+        curve = reported[params]
+        for epochs in range(1, 5):
+            trial.report(curve[epochs], epochs)
+            if trial.should_prune():
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                break
+        else:
+            study.tell(trial, curve[4])
+    return study
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    work = tmp_path_factory.mktemp("tune")
+    write_ownlab(work)
+    cfg = work / "c.yaml"   # the space's keys in the order written: the order the study suggests them in
+    cfg.write_text(yaml.safe_dump({"roots": {"scratch": str(work / "scratch")}, "runs": {"reg": TUNED}},
+                                  sort_keys=False))
+    snakemake(work, cfg, "--cores", "2")
+    return work
+
+
+def test_each_trial_trains_rung_by_rung_and_a_promoted_one_resumes_from_its_checkpoint(searched):
+    rows = list(csv.DictReader(open(searched / "results/reg/tune.csv")))
+    assert [int(r["trial"]) for r in rows] == list(range(5))
+    assert {r["state"].split(" ")[0] for r in rows} <= {"complete", "pruned"}
+    assert any(r["state"].startswith("pruned") for r in rows) and any(r["state"] == "complete" for r in rows)
+    for row in rows:
+        trained = [e for e in (1, 2, 4) if (searched / f"results/{row['run']}-e{e}/train.json").exists()]
+        assert trained[-1] == int(row["epochs"])   # the last rung it trained is the epochs it reached
+        for before, after in zip(trained, trained[1:]):   # each later rung resumed where the earlier one ended
+            first = read_json(searched / f"results/{row['run']}-e{before}/train.json")
+            then = read_json(searched / f"results/{row['run']}-e{after}/train.json")
+            assert then["resumed_from_step"] == first["steps"] > 0
+            assert then["steps_this_session"] == then["steps"] - first["steps"]
+        plan = read_json(searched / f"results/{row['run']}-e{trained[-1]}/plan.json")
+        assert plan["run"] == row["run"]   # the rung trains as its trial: the trial's checkpoints, lock and trackers
+        assert plan["config"]["model"]["options"]["hidden"] == int(row["model.options.hidden"])
+
+
+def test_the_study_is_a_plain_optuna_studys_trial_by_trial(searched):
+    rows = list(csv.DictReader(open(searched / "results/reg/tune.csv")))
+    reported = {}
+    for row in rows:
+        curve = {}
+        for e in (1, 2, 4):
+            folder = searched / f"results/{row['run']}-e{e}"
+            if folder.exists():
+                curve.update(evaluations(folder))
+        reported[(float(row["optim.lr"]), int(row["model.options.hidden"]))] = curve
+    plain = plain_study(reported)
+    assert [(t.params["optim.lr"], t.params["model.options.hidden"]) for t in plain.trials] == list(reported)
+    assert [t.state.name for t in plain.trials] == [r["state"].split(" ")[0].upper() for r in rows]
+    assert [max(t.intermediate_values) for t in plain.trials] == [int(r["epochs"]) for r in rows]
+    best = min((r for r in rows if r["state"] == "complete"), key=lambda r: float(r["value"]))
+    assert plain.best_trial.number == int(best["trial"]) and plain.best_value == pytest.approx(float(best["value"]))
+
+
+def test_the_table_names_the_best_and_its_weights_are_the_tunes(searched):
+    about = read_json(searched / "results/reg/tune/best.json")
+    text = (searched / "results/reg/tune.md").read_text()
+    assert f"Best: trial {about['best']['trial']} ({about['best']['run']})" in text
+    assert "```yaml\noptim:\n  lr: " in text and "options:\n    hidden: " in text
+    last = read_json(searched / f"results/{about['best']['run']}-e4/checkpoint.json")["weights"]
+    assert about["weights"]["sha256"] == last["sha256"]
+    assert about["weights"]["path"] == str(searched / "scratch/airetrain/reg/best.safetensors")
+    assert about["device_hours"] < about["device_hours_all_to_the_end"]   # pruning saved training
+    results = list(csv.DictReader(open(searched / "results/report/results-runs.csv")))
+    assert sorted(r["group"] for r in results) == [f"reg-t{n:03d}" for n in range(5)]   # a row per trial
