@@ -125,14 +125,16 @@ def previous_rung(wildcards):
     return [] if decision.get("done") else run_paths(f"{decision['trial']}-e{decision['epochs']}")["checkpoint"]
 
 
-def every_step(wildcards):
-    """Every slot's steps, up to the one that found the trials all asked."""
-    files = []
-    for slot in range(tune_parallel(wildcards.tune)):
-        step = 0
-        while True:
-            files.append(checkpoints.tune_step.get(tune=wildcards.tune, slot=slot, step=step).output[0])
-            if step_decision(wildcards.tune, slot, step).get("done"):
-                break
-            step += 1
-    return files
+def slot_steps(wildcards):
+    """A slot's steps, up to the one that found every trial asked. One slot per call: Snakemake waits on the
+    first step an input function finds missing, and the slots must not wait on each other."""
+    files, step = [], 0
+    while True:
+        files.append(checkpoints.tune_step.get(tune=wildcards.tune, slot=wildcards.slot, step=step).output[0])
+        if step_decision(wildcards.tune, wildcards.slot, step).get("done"):
+            return files
+        step += 1
+
+
+def every_slot(wildcards):
+    return expand("results/{tune}/tune/slot{slot}.txt", tune=wildcards.tune, slot=range(tune_parallel(wildcards.tune)))

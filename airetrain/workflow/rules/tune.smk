@@ -29,10 +29,25 @@ checkpoint tune_step:
         "{params.cmd} > {log:q} 2>&1"
 
 
+# a slot's steps listed, once the slot is done: its own target, so that the slots go on side by side
+rule tune_slot:
+    input:
+        slot_steps,
+    output:
+        "results/{tune}/tune/slot{slot}.txt",
+    log:
+        "logs/{tune}/tune/slot{slot}.log",
+    localrule: True
+    conda:
+        "../envs/aire.yaml"
+    shell:
+        "printf '%s\\n' {input:q} > {output:q} 2> {log:q}"
+
+
 rule tune_table:
     input:
         plan="results/{tune}/plan.json",
-        steps=every_step,
+        slots=every_slot,
     output:
         csv="results/{tune}/tune.csv",
         md="results/{tune}/tune.md",
