@@ -9,8 +9,9 @@ A tune runs `parallel` slots, each a chain of steps that Snakemake follows as ch
 
 which is what `parallel` workers of a plain Optuna loop do, each trial's report and should_prune at every
 evaluation, with the epochs trained as the step. Nothing waits for a whole rung: each slot goes on as soon
-as its own rung ends. A step that died half way is taken again: a trial asked for this step is found by
-its slot and step, and a rung already told is not told twice.
+as its own rung ends. The chains only grow: each decision is kept in the study, and a step taken again
+(Snakemake reruns it) decides what it decided. A step that died half way is taken again: a trial asked
+for this step is found by its slot and step, and a rung already told is not told twice.
 """
 from __future__ import annotations
 
@@ -43,13 +44,15 @@ def decide(tuned: Plan, slot: int, index: int, results: str | Path = "results", 
     folder = tune_folder(tuned.run, results)
     metric, mode = metric_of(tuned)
     ladder = rungs(tuned.config.train.epochs, tuned.config.tune.halving)
+    key = f"step {slot} {index}"
     with open_study(folder, tuned.config.tune, mode) as study:
-        decision = None
-        if index > 0:
+        decision = study.user_attrs.get(key)   # a step taken again (Snakemake reran it) decides what it decided
+        if decision is None and index > 0:
             previous = read_json(step_path(folder, slot, index - 1))
             decision = _tell(optuna, study, previous, Path(results), metric, ladder)
         if decision is None:
             decision = _ask(optuna, study, tuned, slot, index, results, ladder, refused)
+        study.set_user_attr(key, decision)
     write_json_atomic(step_path(folder, slot, index), decision)
     return decision
 
