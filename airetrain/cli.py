@@ -98,6 +98,8 @@ def _sbatch(args) -> None:
     plans = _load_plans(args.configfile)
     if args.run not in plans:
         raise ConfigError(f"no run {args.run!r} in {', '.join(args.configfile)}; runs: {', '.join(plans)}")
+    if plans[args.run].config.tune:
+        raise ConfigError(f"run {args.run!r} is a search (tune:): its trials are proposed as it goes, by the workflow")
     print(script(resolve_plan(plans[args.run]), args.workdir, Path(__file__).resolve().parents[1]), end="")
 
 
@@ -168,10 +170,11 @@ def _status(args) -> None:
 
     from .report.status import format_status, status
 
-    runs = list(_load_plans(args.configfile))
+    plans = _load_plans(args.configfile)
     while True:
+        runs, searches = tuning.status_names(plans, args.results)   # a search's trials as they appear
         rows = status(runs, args.results, args.logs)
-        text = json.dumps(rows, indent=1, default=str) if args.json else format_status(rows)
+        text = json.dumps(rows, indent=1, default=str) if args.json else "\n".join([format_status(rows), *searches])
         if not args.watch:
             print(text)
             return

@@ -63,6 +63,30 @@ def report_names(results: str | Path, names: list[str]) -> list[str]:
     return out
 
 
+def status_names(plans: dict, results: str | Path = "results") -> tuple[list[str], list[str]]:
+    """(the names `airetrain status` shows: a tuned run's trials by the newest rung each has begun, every other
+    run by its own name; a line per tuned run on its search: trials done, pruned and running, the best so far)."""
+    from .search_space import rung_name, trial_file
+    from .tune.table import rows, summary
+
+    names, lines = [], []
+    for name, plan in plans.items():
+        if plan.config.tune is None:
+            names.append(name)
+            continue
+        table = rows(plan, results)
+        for row in table:
+            begun = [e for e in (int(p.name.rsplit("-e", 1)[1]) for p in Path(results).glob(f"{row['run']}-e*"))]
+            if begun and trial_file(name, row["trial"], results).exists():
+                names.append(rung_name(row["run"], max(begun)))
+        states = [row["state"].split(" ")[0] for row in table]
+        best = summary(table, plan, results)["best"] if table else None
+        lines.append(f"tune {name}: {len(table)} of {plan.config.tune.trials} trials asked, "
+                     + ", ".join(f"{states.count(s)} {s}" for s in ("complete", "pruned", "running", "failed"))
+                     + (f"; best {best['value']:.6g} ({best['run']})" if best else ""))
+    return names, lines
+
+
 def add_parsers(sub) -> None:
     p = sub.add_parser("tune-step", help="(the workflow's) tell the study a rung's result; ask for the next trial")
     p.add_argument("--plan", required=True, help="the tuned run's plan.json")

@@ -82,7 +82,11 @@ def _tell(optuna, study, previous: dict, results: Path, metric: str, ladder: lis
         return None
     start = ladder[previous["rung"] - 1] if previous["rung"] else 0
     values, stopped = evaluations(results / rung_name(previous["trial"], epochs), metric, start, epochs)
-    if not values:
+    if not values:   # no evaluation in the rung's epochs: failed, with the reason in the table
+        frozen_error = (f"no {metric} after {start} and up to {epochs} epochs in {rung_name(previous['trial'], epochs)}"
+                        "/metrics.jsonl (a checkpoint already past them, of an earlier study with the same parameters, "
+                        f"resumes there: airetrain restart {previous['trial']})")
+        optuna.trial.Trial(study, frozen._trial_id).set_user_attr("error", frozen_error)
         study.tell(number, state=optuna.trial.TrialState.FAIL)
         return None
     trial = optuna.trial.Trial(study, frozen._trial_id)

@@ -157,3 +157,48 @@ def test_a_report_names_a_tunes_trials_by_their_last_rung(tmp_path):
     (tmp_path / "cnn" / "tune.csv").write_text("trial,state,epochs,run\n0,complete,9,cnn-t000\n1,pruned at rung 0,1,"
                                                 "cnn-t001\n2,failed,0,cnn-t002\n")
     assert report_names(tmp_path, ["a", "cnn"]) == ["a", "cnn-t000-e9", "cnn-t001-e1"]
+
+
+def test_a_rung_that_trained_nothing_new_fails_its_trial_naming_the_restart(tmp_path):
+    tuned, results = plans(tmp_path, {"cnn": TUNED})["cnn"], tmp_path / "results"
+    asked = decide(tuned, 0, 0, results)
+    rung_results(results, asked, {3: 0.5})   # resumed from a checkpoint already past its epoch: nothing at 1
+    decide(tuned, 0, 1, results)
+    from airetrain.tune.table import rows
+
+    (row,) = rows(tuned, results)[:1]
+    assert row["state"] == "failed" and "airetrain restart cnn-t000" in row["error"]
+
+
+def test_status_shows_each_trials_newest_rung_and_a_line_per_search(tmp_path):
+    from airetrain.tuning import status_names
+
+    planned, results = plans(tmp_path, {"cnn": TUNED, "other": {}}), tmp_path / "results"
+    first = decide(planned["cnn"], 0, 0, results)
+    rung_results(results, first, {1: 0.5})
+    promoted = decide(planned["cnn"], 0, 1, results)
+    (results / "cnn-t000-e3").mkdir()   # its next rung has begun
+    names, lines = status_names(planned, results)
+    assert names == ["cnn-t000-e3", "other"] and promoted["epochs"] == 3
+    assert lines == ["tune cnn: 1 of 3 trials asked, 0 complete, 0 pruned, 1 running, 0 failed"]
+
+
+def test_without_a_pruner_each_trial_trains_to_the_end_and_importances_come_with_four_complete(tmp_path):
+    from airetrain.tune.table import rows, summary
+
+    tuned = plans(tmp_path, {"cnn": {"train": {"epochs": 2}, "tune": {
+        "space": SPACE, "trials": 4, "pruner": "none", "sampler": {"random": {"seed": 1}}}}})["cnn"]
+    results = tmp_path / "results"
+    decision = decide(tuned, 0, 0, results)
+    for step in range(1, 5):
+        assert decision["epochs"] == 2   # one rung: train.epochs
+        params = json.loads(trial_file("cnn", decision["number"], results).read_text())["params"]
+        rung_results(results, decision, {1: 1.0, 2: params["optim.lr"] * 10 + params["model.width"] / 100})
+        decision = decide(tuned, 0, step, results)
+    assert decision == {"done": True}
+    table = rows(tuned, results)
+    about = summary(table, tuned, results)
+    assert [r["state"] for r in table] == ["complete"] * 4
+    assert about["best"]["value"] == min(r["value"] for r in table)
+    assert set(about["importances"]) == {"optim.lr", "model.width"}
+    assert about["config"]["train"]["epochs"] == 2 and "optim" in about["config"]
