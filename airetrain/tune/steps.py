@@ -52,7 +52,8 @@ def decide(tuned: Plan, slot: int, index: int, results: str | Path = "results", 
             decision = _tell(optuna, study, previous, Path(results), metric, ladder)
         if decision is None:
             decision = _ask(optuna, study, tuned, slot, index, results, ladder, refused)
-        study.set_user_attr(key, decision)
+        if not decision.get("done"):   # a slot found done goes on if the config asks for more trials
+            study.set_user_attr(key, decision)
     write_json_atomic(step_path(folder, slot, index), decision)
     return decision
 

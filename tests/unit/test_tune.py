@@ -202,3 +202,12 @@ def test_without_a_pruner_each_trial_trains_to_the_end_and_importances_come_with
     assert about["best"]["value"] == min(r["value"] for r in table)
     assert set(about["importances"]) == {"optim.lr", "model.width"}
     assert about["config"]["train"]["epochs"] == 2 and "optim" in about["config"]
+
+
+def test_more_trials_in_the_config_extend_the_same_study(tmp_path):
+    tuned, results = plans(tmp_path, {"cnn": TUNED})["cnn"], tmp_path / "results"
+    for slot in range(3):
+        decide(tuned, slot, 0, results)
+    assert decide(tuned, 3, 0, results) == {"done": True}
+    more = plans(tmp_path, {"cnn": {**TUNED, "tune": {**TUNED["tune"], "trials": 4}}})["cnn"]
+    assert decide(more, 3, 0, results)["trial"] == "cnn-t003"   # the same step, taken again, asks the fourth
