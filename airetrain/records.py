@@ -177,6 +177,8 @@ class TrainRecord(TypedDict):
     steady_achieved_tflops: Doc[Optional[float], "model TFLOP/s after the warm-up, all ranks"]
     steady_mfu: Doc[Optional[float], "MFU after the warm-up: what the run sustains (GPU only)"]
     peak_tflops_per_gpu: Doc[Optional[float], "the GPU's dense bf16 peak, TFLOP/s"]
+    gpu_name: NotRequired[Doc[Optional[str], "the GPU's name as CUDA reports it: its memory and peaks come from "
+                                             "hardware.py's table (none on CPU)"]]
     gpu_util_mean: Doc[Optional[float], "mean GPU utilisation from NVML, %, all ranks"]
     gpu_mem_peak_bytes: Doc[Optional[int], "GPU memory peak from NVML, bytes"]
     memory_estimate: Doc[Optional[dict], "the plan's per-GPU memory estimate"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..hardware import GPUS
+from ..hardware import gpu_memory_gb
 from ..history import everything
 from ..quota import pack_command
 from ..records import Plan
@@ -23,7 +23,6 @@ from ..units import format_duration
 LOW = 0.5               # below this share of a request, ask for less
 SCALING_BOUND = 0.3     # data wait share above which the loader, not the GPU count, sets the pace
 STAGE_SLOW = 0.03       # staging above this share of the job: worth packing the dataset
-L40S_GB = GPUS["L40S"]["memory_gb"]
 
 
 def _num(row: dict, key: str):
@@ -109,13 +108,13 @@ def advise(row: dict) -> list[str]:
     if util is not None and util < LOW and wait is not None and wait > LOADER_BOUND:
         tips.append(f"GPU busy {util:.0%} while {wait:.0%} of step time waits for data: more data.workers, "
                     "or stage the dataset to $TMP_SHARED")
-    gpu_mem = _num(row, "gpu_mem_peak_mb")
-    if gpu_mem is not None and gpu_mem < 0.3 * L40S_GB * 1024:
-        tips.append(f"GPU memory peak {gpu_mem / 1024:.1f} GB of {L40S_GB} GB: a larger batch.per_device "
-                    "would use the GPU better")
+    gpu_mem, memory_gb = _num(row, "gpu_mem_peak_mb"), gpu_memory_gb(row.get("gpu_type"))   # None: not known
+    if gpu_mem is not None and memory_gb and gpu_mem < 0.3 * memory_gb * 1024:
+        tips.append(f"GPU memory peak {gpu_mem / 1024:.1f} GB of {memory_gb:g} GB ({row['gpu_type']}): a larger "
+                    "batch.per_device would use the GPU better")
     estimate = row.get("memory_estimate") or {}
-    if row.get("strategy") == "fsdp" and estimate.get("ddp_per_gpu_gb") is not None \
-            and estimate["ddp_per_gpu_gb"] < 0.8 * L40S_GB:
+    if row.get("strategy") == "fsdp" and estimate.get("ddp_per_gpu_gb") is not None and memory_gb \
+            and estimate["ddp_per_gpu_gb"] < 0.8 * memory_gb:
         tips.append(f"FSDP was used, but DDP's estimated {estimate['ddp_per_gpu_gb']:.1f} GB per GPU fits: "
                     "strategy: ddp avoids the all-gathers")
     stage_frac = _num(row, "stage_frac")

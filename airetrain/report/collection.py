@@ -44,6 +44,8 @@ COLUMNS = {
     "mem_alloc_mb": "allocated memory, all nodes, MB",
     "mem_eff": "mem_used / mem_alloc (0-1), seff's memory efficiency: MemEff",
     "gpus": "allocated GPUs",
+    "gpu_type": ("the GPU: its name as CUDA reported it to the trainer, else SLURM's gres type; its memory and peak "
+                 "come from the GPU table (airetrain/hardware.py)"),
     "gpu_hours": "GPUs x elapsed, every run of a requeued job included",
     "gpu_util": "GPU utilisation: the trainer's NVML mean, else SLURM's gres/gpuutil peak (0-1)",
     "gpu_mem_peak_mb": "GPU memory peak: the trainer's NVML figure, else SLURM's gres/gpumem, MB",
@@ -101,6 +103,8 @@ def job_row(job: Job) -> dict:
         row["gpu_util"] = f["gpu_util_max"]
     if f["gpu_mem_max_mb"] is not None:
         row["gpu_mem_peak_mb"] = f["gpu_mem_max_mb"]
+    if f["gpu_type"]:
+        row["gpu_type"] = f["gpu_type"]
     return _rounded(row)
 
 
@@ -171,6 +175,7 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
         if train.get("gpu_mem_peak_bytes"):
             row["gpu_mem_peak_mb"] = round(train["gpu_mem_peak_bytes"] / 2 ** 20, 1)
         row["memory_estimate"] = train.get("memory_estimate")
+        row["gpu_type"] = train.get("gpu_name") or row.get("gpu_type")   # CUDA's name, else SLURM's gres type
         row["tracking_lost"] = {name: {"lost": t["lost"], "error": t["error"]}
                                 for name, t in (train.get("tracking") or {}).items() if t.get("lost")} or None
         row["next_request"] = next_request(run_dir, plan, row) if plan else None

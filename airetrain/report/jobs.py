@@ -58,6 +58,7 @@ class Job:
     cpus: int = 0
     nodes: int = 0
     gpus: int = 0
+    gpu_type: str | None = None        # the gres type SLURM allocated (gres/gpu:l40s=3), where the site names one
     mem_alloc_mb: float = 0.0
     total_cpu_s: float = 0.0
     mem_used_mb: float = 0.0
@@ -127,7 +128,7 @@ class Job:
     def figures(self) -> dict:
         return {"job_id": self.job_id, "job_name": self.name, "state": self.state, "status": self.status,
                 "elapsed_s": self.elapsed_s, "timelimit_s": self.timelimit_s, "cpus": self.cpus,
-                "nodes": self.nodes, "gpus": self.gpus, "total_cpu_s": self.total_cpu_s,
+                "nodes": self.nodes, "gpus": self.gpus, "gpu_type": self.gpu_type, "total_cpu_s": self.total_cpu_s,
                 "cpu_eff": self.cpu_eff, "mem_used_mb": self.mem_used_mb if self.mem_recorded else None,
                 "mem_alloc_mb": self.mem_alloc_mb,
                 "mem_eff": self.mem_eff, "time_eff": self.time_eff, "gpu_hours": self.gpu_hours,
@@ -151,6 +152,7 @@ def _allocation(job: Job, row: dict) -> None:
     job.cpus = int(row["AllocCPUS"] or 0)
     job.nodes = int(row["NNodes"] or 0) or 1
     job.gpus = int(float(alloc.get("gres/gpu", 0) or 0))
+    job.gpu_type = next((key.split(":", 1)[1] for key in alloc if key.startswith("gres/gpu:")), None)
     job.mem_alloc_mb = size_mb(alloc.get("mem", ""))
     if not job.mem_alloc_mb and row["ReqMem"]:   # no AllocTRES (old records): from the request
         per = job.cpus if row["ReqMem"].endswith("c") else job.nodes

@@ -116,6 +116,7 @@ def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end:
         mfu=float(f"{mfu:.4g}") if mfu else None,   # significant digits: a tiny model's MFU is not 0
         peak_tflops_per_gpu=peak_flops / 1e12 if peak_flops else None,
         **steady,
+        gpu_name=torch.cuda.get_device_name(s.d.device) if s.d.device.type == "cuda" else None,
         gpu_util_mean=figures["gpu_util_mean"],
         gpu_mem_peak_bytes=figures["gpu_mem_peak_bytes"],
         memory_estimate=plan.memory_estimate,

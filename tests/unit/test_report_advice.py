@@ -18,7 +18,7 @@ def test_advice_carries_the_numbers_behind_it():
                                     "gpu_util": 0.3, "world_size": 1}))
     assert "raise data.workers" in data_bound and "more GPUs would not help: 45%" in data_bound
     assert "GPU busy 30%" in data_bound
-    fsdp = advise({"strategy": "fsdp", "memory_estimate": {"ddp_per_gpu_gb": 10.0}})
+    fsdp = advise({"strategy": "fsdp", "memory_estimate": {"ddp_per_gpu_gb": 10.0}, "gpu_type": "l40s"})
     assert fsdp and "strategy: ddp" in fsdp[0]
     assert advise({"job_state": "OUT_OF_MEMORY", "mem_alloc_mb": 100})[0].startswith("ran out of memory")
     assert advise({"job_state": "COMPLETED", "cpu_eff": 0.9, "cpus": 4, "mem_eff": 0.8, "time_eff": 0.7}) == []
@@ -72,3 +72,16 @@ def test_a_job_without_a_memory_figure_is_told_so_never_given_a_size():
     tips = " | ".join(advise({**job_row(job), "run": "quiet"}))
     assert "no memory figure" in tips and "--mem=" not in tips, tips
     assert "ask for 1 core" in tips   # the figures it has still give their advice
+
+
+def test_the_memory_tips_use_the_jobs_own_gpu_and_none_where_it_is_not_known():
+    """12 GB at peak: under 30 % of an L40S's 48 GB and of an A100's 80 GB; a type the table lacks gets no tip,
+    and an FSDP run whose DDP estimate fits the GPU is told so only where the GPU's memory is known."""
+    def tips(gpu_type, estimate=30.0):
+        return " | ".join(advise({"gpu_mem_peak_mb": 12 * 1024, "gpu_type": gpu_type, "strategy": "fsdp",
+                                  "memory_estimate": {"ddp_per_gpu_gb": estimate}}))
+
+    assert "GPU memory peak 12.0 GB of 48 GB (l40s)" in tips("l40s") and "strategy: ddp" in tips("l40s")
+    assert "of 80 GB (NVIDIA A100-SXM4-80GB)" in tips("NVIDIA A100-SXM4-80GB")
+    assert "strategy: ddp" not in tips("l40s", estimate=45.0)   # 45 GB is over 0.8 x 48: FSDP was right
+    assert tips("some_new_gpu") == "" and tips(None) == ""
