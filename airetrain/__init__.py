@@ -39,6 +39,7 @@ Shared (they import only each other):
     direction        which way an evaluation figure is better
     catalog          the built-in datasets               builtin_models  the built-in models and losses
     hardware         the GPU table                       environment   each rank's environment variables
+    energy           each job's energy and CO2e: measured by SLURM, else Green Algorithms' estimate
     dataset_trees    datasets on disk: listings, manifests
     shards           the shard format                   quota         the fast root's quotas
     capture          the code a run captures             fingerprints  what a checkpoint's training computes

@@ -186,9 +186,12 @@ def _status(args) -> None:
 
 
 def _report(args) -> None:
+    import json
+
     from .report.render import efficiency_markdown, to_markdown, write_efficiency
     from .report.collection import frame, jobs_rows, table
 
+    energy = json.loads(args.energy_json) if args.energy_json else None   # the config's site.energy
     if args.jobs or args.since:
         if args.runs:
             raise ConfigError("give run names, or --jobs/--since, not both")
@@ -196,14 +199,14 @@ def _report(args) -> None:
         for job in jobs:
             if not job.replace("_", "").replace(".", "").isdigit():
                 raise ConfigError(f"--jobs: {job!r} is not a SLURM job id (digits, or 123_4 for an array task)")
-        rows, columns = jobs_rows(jobs, args.since)
+        rows, columns = jobs_rows(jobs, args.since, energy=energy)
         if not args.out:   # printed only: no pandas to import
             print(efficiency_markdown(rows, columns).split("\n\nColumns")[0])
             return
         df, results = frame(rows, columns), None
     elif args.runs:
         args.runs = tuning.report_names(args.results, args.runs)
-        df = table(args.results, args.runs)
+        df = table(args.results, args.runs, energy)
         results = args.results
         if args.out:   # the pipeline's report: the finished runs join their durable history
             from .history import record
@@ -354,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "results table (results.csv/.md/.html, results-runs.csv)")
     p.add_argument("--jobs", help="any SLURM jobs: ID,ID,... (one sacct call)")
     p.add_argument("--since", help="any SLURM jobs of yours started since DATE (sacct --starttime)")
+    p.add_argument("--energy-json", help="site.energy's constants as JSON (default: the schema's)")
     p.add_argument("runs", nargs="*")
     p.set_defaults(func=_report)
 

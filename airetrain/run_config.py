@@ -41,6 +41,14 @@ class Roots(_Record):
 
 
 @dataclass(frozen=True)
+class Energy(_Record):
+    cpu_core_w: float
+    memory_w_per_gb: float
+    pue: float
+    carbon_g_per_kwh: float
+
+
+@dataclass(frozen=True)
 class Site(_Record):
     gpus_per_node: int
     max_gpus_per_user: int
@@ -50,6 +58,7 @@ class Site(_Record):
     fast_root_max_files: int
     fast_root_max_gb: float
     compute_nodes_online: bool
+    energy: Energy
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from .jobs import Job, lookup, parse
 from .query import UNAVAILABLE, AccountingUnavailable, query
 from .seff import seff_check
 from .advice import advise, learned
+from ..energy import job_energy
 
 if TYPE_CHECKING:   # pandas costs a fifth of a second to import: not for the printed table of jobs_rows
     import pandas as pd
@@ -47,6 +48,11 @@ COLUMNS = {
     "gpu_type": ("the GPU: its name as CUDA reported it to the trainer, else SLURM's gres type; its memory and peak "
                  "come from the GPU table (airetrain/hardware.py)"),
     "gpu_hours": "GPUs x elapsed, every run of a requeued job included",
+    "energy_kwh": ("energy at the data centre, kWh: SLURM's energy TRES where the site measures it, else the Green "
+                   "Algorithms estimate (cores x W per core x CPU usage + GPUs x board power x GPU use + requested "
+                   "memory x W per GB, x hours); both x PUE (site.energy)"),
+    "co2e_kg": "energy_kwh x the grid's carbon intensity (site.energy.carbon_g_per_kwh), kg CO2e",
+    "energy_source": "measured, node (SLURM's energy TRES), or estimated (Green Algorithms), or unknown (why)",
     "gpu_util": "GPU utilisation: the trainer's NVML mean, else SLURM's gres/gpuutil peak (0-1)",
     "gpu_mem_peak_mb": "GPU memory peak: the trainer's NVML figure, else SLURM's gres/gpumem, MB",
     "world_size": "training ranks",
@@ -105,6 +111,7 @@ def job_row(job: Job) -> dict:
         row["gpu_mem_peak_mb"] = f["gpu_mem_max_mb"]
     if f["gpu_type"]:
         row["gpu_type"] = f["gpu_type"]
+    row.update(energy_j=f["energy_j"], elapsed_all_runs_s=f["elapsed_all_runs_s"])
     return _rounded(row)
 
 
@@ -170,8 +177,8 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
         row["mfu"] = train.get("steady_mfu") or train.get("mfu")   # what the run sustains, not its compilation
         row["job_id"] = train.get("slurm_job_id") or row.get("job_id")
         if train.get("gpu_util_mean") is not None:
-            row["gpu_util"] = round(train["gpu_util_mean"] / 100 if train["gpu_util_mean"] > 1
-                                    else train["gpu_util_mean"], 4)
+            row["gpu_util"] = row["gpu_use"] = round(train["gpu_util_mean"] / 100 if train["gpu_util_mean"] > 1
+                                                     else train["gpu_util_mean"], 4)   # the energy's GPU use
         if train.get("gpu_mem_peak_bytes"):
             row["gpu_mem_peak_mb"] = round(train["gpu_mem_peak_bytes"] / 2 ** 20, 1)
         row["memory_estimate"] = train.get("memory_estimate")
@@ -189,9 +196,12 @@ def next_request(run_dir: Path, plan: Plan, row: dict) -> dict | None:
     return sizing.requests(lines, plan) if lines else None
 
 
-def _finished(rows: list[dict], checks: dict[str, str]) -> tuple[list[dict], list[str]]:
-    """The rows with their advice and seff's check, and the table's columns in order."""
+def _finished(rows: list[dict], checks: dict[str, str], energy: dict | None = None) -> tuple[list[dict], list[str]]:
+    """The rows with their energy, advice and seff's check, and the table's columns in order. energy: the
+    config's site.energy (None: its defaults)."""
     for row in rows:
+        if row.get("elapsed_s") is not None:
+            row.update(job_energy(row, energy, row.get("gpu_use")))
         row["advice"] = "; ".join(advise(row))
         if checks and row.get("job_id") in checks:
             row["seff_check"] = checks[row["job_id"]]
@@ -207,11 +217,11 @@ def frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows).reindex(columns=columns)
 
 
-def _finish(rows: list[dict], checks: dict[str, str]) -> pd.DataFrame:
-    return frame(*_finished(rows, checks))
+def _finish(rows: list[dict], checks: dict[str, str], energy: dict | None = None) -> pd.DataFrame:
+    return frame(*_finished(rows, checks, energy))
 
 
-def table(results: str | Path, runs: list[str]) -> pd.DataFrame:
+def table(results: str | Path, runs: list[str], energy: dict | None = None) -> pd.DataFrame:
     """The pipeline's table: one row per run, one sacct call for all their jobs."""
     job_ids = [str(j) for run in runs if (p := Path(results) / run / "train.json").exists()
                and (j := read_json(p).get("slurm_job_id"))]
@@ -221,11 +231,11 @@ def table(results: str | Path, runs: list[str]) -> pd.DataFrame:
         accounting, unavailable = None, str(e)
     rows = [run_row(Path(results) / run, accounting, unavailable) for run in runs]
     return _finish(rows, seff_check({j: job for j in job_ids if (job := lookup(accounting, j))})
-                   if accounting else {})
+                   if accounting else {}, energy)
 
 
 def jobs_rows(job_ids: list[str] | None = None, since: str | None = None,
-              text: str | None = None) -> tuple[list[dict], list[str]]:
+              text: str | None = None, energy: dict | None = None) -> tuple[list[dict], list[str]]:
     """Any SLURM jobs (by id, or started since a date), from one sacct call (or its captured text):
     the rows and the columns, without pandas (what `airetrain report --jobs` prints)."""
     try:
@@ -235,9 +245,10 @@ def jobs_rows(job_ids: list[str] | None = None, since: str | None = None,
     if jobs is None:
         raise RuntimeError("sacct is not available here (or it failed): this needs SLURM accounting")
     rows = [{"run": job.name or job.job_id, **job_row(job)} for job in jobs.values()]
-    return _finished(rows, seff_check(jobs) if text is None else {})
+    return _finished(rows, seff_check(jobs) if text is None else {}, energy)
 
 
-def jobs_table(job_ids: list[str] | None = None, since: str | None = None, text: str | None = None) -> pd.DataFrame:
+def jobs_table(job_ids: list[str] | None = None, since: str | None = None, text: str | None = None,
+               energy: dict | None = None) -> pd.DataFrame:
     """jobs_rows as a DataFrame (for the CSV, the page and the plots)."""
-    return frame(*jobs_rows(job_ids, since, text))
+    return frame(*jobs_rows(job_ids, since, text, energy))

@@ -65,6 +65,8 @@ class Job:
     max_task_rss_mb: float = 0.0
     gpu_util_max: float | None = None
     gpu_mem_max_mb: float | None = None
+    energy_j: float | None = None      # SLURM's energy TRES of this run: its largest step's (extern spans the job)
+    energy_earlier_j: float = 0.0      # the earlier runs' of a requeued job
     runs: int = 0                      # 1 + times requeued
     earlier_states: list[str] = field(default_factory=list)   # how each earlier run ended (NODE_FAIL, PREEMPTED)
     elapsed_all_runs_s: float = 0.0
@@ -128,11 +130,14 @@ class Job:
     def figures(self) -> dict:
         return {"job_id": self.job_id, "job_name": self.name, "state": self.state, "status": self.status,
                 "elapsed_s": self.elapsed_s, "timelimit_s": self.timelimit_s, "cpus": self.cpus,
-                "nodes": self.nodes, "gpus": self.gpus, "gpu_type": self.gpu_type, "total_cpu_s": self.total_cpu_s,
+                "nodes": self.nodes, "gpus": self.gpus, "gpu_type": self.gpu_type,
+                "total_cpu_s": self.total_cpu_s,
                 "cpu_eff": self.cpu_eff, "mem_used_mb": self.mem_used_mb if self.mem_recorded else None,
                 "mem_alloc_mb": self.mem_alloc_mb,
                 "mem_eff": self.mem_eff, "time_eff": self.time_eff, "gpu_hours": self.gpu_hours,
                 "gpu_util_max": self.gpu_util_max, "gpu_mem_max_mb": self.gpu_mem_max_mb,
+                "energy_j": (self.energy_j or 0.0) + self.energy_earlier_j or None,
+                "elapsed_all_runs_s": self.elapsed_all_runs_s,
                 "requeues": max(self.runs - 1, 0)}
 
 
@@ -141,6 +146,7 @@ def _allocation(job: Job, row: dict) -> None:
     alloc = tres(row["AllocTRES"])
     if job.runs:
         job.earlier_states.append(job.state)
+        job.energy_earlier_j, job.energy_j = job.energy_earlier_j + (job.energy_j or 0.0), None
     job.runs += 1
     job.raw_id = row["JobIDRaw"]
     job.name = row["JobName"]
@@ -179,6 +185,8 @@ def _step(job: Job, row: dict) -> None:
         job.gpu_util_max = max(job.gpu_util_max or 0.0, util / 100)
     if gmem is not None:
         job.gpu_mem_max_mb = max(job.gpu_mem_max_mb or 0.0, gmem)
+    if energy := tres_number(total.get("energy")):   # 0: the site records none
+        job.energy_j = max(job.energy_j or 0.0, energy)
 
 
 def parse(text: str, wanted: list[str] | None = None) -> dict[str, Job]:

@@ -19,9 +19,9 @@ from .collection import COLUMNS
 if TYPE_CHECKING:
     import pandas as pd
 
-SHOWN = ["run", "evaluates", "state", "job_id", "job_state", "elapsed_s", "time_eff", "cpu_eff", "mem_eff", "gpu_hours",
-         "gpu_util", "samples_per_s", "data_wait_frac", "stage_s", "stage_frac", "eval_loss", "eval_accuracy",
-         "eval_<metric>", "best", "best_epoch", "stopped_early", "source"]
+SHOWN = ["run", "evaluates", "state", "job_id", "job_state", "elapsed_s", "time_eff", "cpu_eff", "mem_eff",
+         "gpu_hours", "energy_kwh", "co2e_kg", "gpu_util", "samples_per_s", "data_wait_frac", "stage_s", "stage_frac",
+         "eval_loss", "eval_accuracy", "eval_<metric>", "best", "best_epoch", "stopped_early", "source"]
 
 
 def to_markdown(df: pd.DataFrame) -> str:

@@ -44,10 +44,13 @@ def _time_to_best(run_dir: Path, best_step: int | None) -> float | None:
     return seconds
 
 
+ENERGY = ("energy_kwh", "co2e_kg")   # each run's, from the efficiency table; a group's mean ± sd over its seeds
+
+
 def run_rows(results: Path, runs: list[str], efficiency: pd.DataFrame | None = None) -> list[dict]:
     """One row per run: its group, whether it finished, its final and best figures."""
-    gpu_hours = {} if efficiency is None or "gpu_hours" not in efficiency else \
-        dict(zip(efficiency["run"], efficiency["gpu_hours"]))
+    per_run = {column: {} if efficiency is None or column not in efficiency else
+               dict(zip(efficiency["run"], efficiency[column])) for column in ("gpu_hours", *ENERGY)}
     rows = []
     for run in runs:
         run_dir = results / run
@@ -66,8 +69,9 @@ def run_rows(results: Path, runs: list[str], efficiency: pd.DataFrame | None = N
                        samples_per_s=train.get("steady_samples_per_s") or train.get("samples_per_s"),
                        stopped_early=(train.get("stopped_early") or {}).get("step"),
                        tracker=label(train.get("tracking")))
-        hours = gpu_hours.get(run)
-        row["gpu_hours"] = None if hours is None or (isinstance(hours, float) and math.isnan(hours)) else hours
+        for column, values in per_run.items():   # from the efficiency table: SLURM's figures, or the benchmarks'
+            value = values.get(run)
+            row[column] = None if value is None or (isinstance(value, float) and math.isnan(value)) else value
         rows.append(row)
     return rows
 
@@ -103,7 +107,7 @@ def group_rows(rows: list[dict]) -> list[dict]:
         row = {"group": group, "n_finished": len(done), "n_planned": len(members),
                "runs": ", ".join(m["run"] for m in members), "differs": differs[group],
                "evaluates": members[0].get("evaluates", "")}
-        for column in [*metric_columns(rows), "best", "best_epoch", "time_to_best_s", "samples_per_s"]:
+        for column in [*metric_columns(rows), "best", "best_epoch", "time_to_best_s", "samples_per_s", *ENERGY]:
             values = [m[column] for m in done if m.get(column) is not None]
             if values:
                 figures = mean_sd_ci(values)

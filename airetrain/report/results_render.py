@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..text import markdown_table
-from .results import curves, group_rows, metric_columns, run_rows
+from .results import ENERGY, curves, group_rows, metric_columns, run_rows
 
 
 def _figure(row: dict, column: str) -> str:
@@ -23,7 +23,8 @@ def _figure(row: dict, column: str) -> str:
 
 def results_markdown(groups: list[dict], runs: list[dict]) -> str:
     metrics = metric_columns(runs)
-    shown = [*metrics, "best", "best_epoch", "time_to_best_s", "samples_per_s"]
+    shown = [*metrics, "best", "best_epoch", "time_to_best_s", "samples_per_s",
+             *(c for c in ENERGY if any(g.get(c) is not None for g in groups))]
     marked = any(g.get("evaluates") for g in groups)   # evaluation runs: the column says of which run
     header = ["group", *(["evaluates"] if marked else []), "runs (finished/planned)", *shown, "GPU-hours", "differs"]
     lines = markdown_table(header, [[g["group"], *([g.get("evaluates", "")] if marked else []),

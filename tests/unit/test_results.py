@@ -103,3 +103,16 @@ def test_each_plan_names_its_sweep_point_and_the_runs_table_its_tracker_runs(tmp
     found = compare.compare(tmp_path, ["base-lr1e-3-seed0", "base-lr3e-4-seed0"])
     assert found["figures"]["base-lr1e-3-seed0"]["tracker"].endswith(url)
     assert found["figures"]["base-lr3e-4-seed0"]["tracker"] is None
+
+
+def test_a_groups_energy_and_co2e_are_the_mean_and_sd_over_its_seeds(tmp_path):
+    import pandas as pd
+
+    finished = {"base-lr1e-3-seed0": (0.30, 0.91), "base-lr1e-3-seed1": (0.34, 0.93), "base-lr1e-3-seed2": (0.29, 0.95)}
+    runs = experiment(tmp_path, finished)
+    kwh = {"base-lr1e-3-seed0": 0.5, "base-lr1e-3-seed1": 0.7, "base-lr1e-3-seed2": 0.6}
+    efficiency = pd.DataFrame([{"run": r, "gpu_hours": None, "energy_kwh": kwh.get(r), "co2e_kg": None} for r in runs])
+    rows = results.run_rows(tmp_path, runs, efficiency)
+    group = {g["group"]: g for g in results.group_rows(rows)}["base-lr1e-3"]
+    assert group["energy_kwh"] == pytest.approx(0.6) and group["energy_kwh_sd"] == pytest.approx(0.1)
+    assert "energy_kwh" in results_render.results_markdown([group], rows)

@@ -18,7 +18,14 @@ rule report:
         results_html="results/report/results.html",
     params:
         cmd=lambda w, output: command(
-            "report", *RUNS, *TUNES, python=PYTHON, results="results", out=os.path.dirname(output.csv)
+            "report",
+            *RUNS,
+            *TUNES,
+            "--energy-json",
+            json.dumps(to_dict(PLANS.settings.site.energy), sort_keys=True),
+            python=PYTHON,
+            results="results",
+            out=os.path.dirname(output.csv),
         ),
     log:
         "logs/report.log",
