@@ -21,6 +21,7 @@ The commands (they may import anything):
     lightning        airetrain.lightning: the same contract as one Lightning callback
     hf               airetrain.hf: the same contract as one Hugging Face Trainer callback
     tuning           the search's steps as commands (`airetrain tune-step`, `tune-table`)
+    site_command     `airetrain site`: the site's facts read from SLURM
     doctor           `airetrain doctor`: what this environment can run
     __main__         `python -m airetrain`
 
@@ -40,6 +41,7 @@ Shared (they import only each other):
     catalog          the built-in datasets               builtin_models  the built-in models and losses
     hardware         the GPU table                       environment   each rank's environment variables
     energy           each job's energy and CO2e: measured by SLURM, else Green Algorithms' estimate
+    site_facts       the site's facts read from SLURM, and where a config's site: disagrees
     dataset_trees    datasets on disk: listings, manifests
     shards           the shard format                   quota         the fast root's quotas
     capture          the code a run captures             fingerprints  what a checkpoint's training computes

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .fsutil import NoSpaceError
-from . import tuning
+from . import site_command, tuning
 from .resolve import resolve_plan
 
 
@@ -381,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_compare)
 
     tuning.add_parsers(sub)
+    site_command.add_parsers(sub)
     return parser
 
 

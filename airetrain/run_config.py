@@ -51,6 +51,7 @@ class Energy(_Record):
 @dataclass(frozen=True)
 class Site(_Record):
     gpus_per_node: int
+    gpu_type: str | None
     max_gpus_per_user: int
     max_wall_hours: float
     cores_per_node: int

@@ -169,7 +169,8 @@ def plan_all(config: dict, env=None, scratch: Root | None = None,
     plans = {name: plan.replace(group=groups[name], sweep=points.get(name, {}), evaluates=_evaluates(plan, plans),
                                 tune_keys=list(plan.config.tune.space) if plan.config.tune else None)
              for name, plan in plans.items()}
-    for warning in [w for p in plans.values() for w in p.warnings] + plan_warnings(plans, settings):
+    site_warnings = slurm_disagrees(plans, settings, env) if forecast_now else []   # on the submit host only
+    for warning in [w for p in plans.values() for w in p.warnings] + plan_warnings(plans, settings) + site_warnings:
         log.warning(warning)
     return PlansWithTrials(plans, settings, results if results is not None else "results")
 
@@ -206,6 +207,24 @@ def planned_scratch(results: str | Path) -> Root | None:
             continue
         return Root(Path(roots["scratch"]), roots["scratch_source"])
     return None
+
+
+def slurm_disagrees(plans: dict[str, Plan], settings: Settings, env=None) -> list[str]:
+    """Where SLURM answers, a warning for each partition of the GPU runs whose facts differ from the config's
+    site: (a plan with another cluster's facts is wrong before anything runs)."""
+    import shutil
+
+    from ..site_facts import disagreements, read_site
+
+    if not shutil.which("scontrol"):
+        return []
+    out = []
+    for partition in sorted({p.slurm.partition.split(",")[0] for p in plans.values() if p.gpus}):
+        read, _, _ = read_site(partition, env=env)
+        if differs := disagreements(settings.site.to_dict(), read):
+            out.append(f"site: disagrees with SLURM's partition {partition}: {'; '.join(differs)} (airetrain site "
+                       f"--partition {partition} --write config/site.yaml writes SLURM's; give it after the config)")
+    return out
 
 
 def datasets_to_prepare(plans: dict[str, Plan]) -> dict[str, str]:

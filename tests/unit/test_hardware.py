@@ -88,3 +88,13 @@ def test_no_module_but_the_table_names_a_gpu():
             if names.search(text):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {text[:60]!r}")
     assert found == []
+
+
+def test_a_nodes_gpu_gres_and_a_sites_disagreements_are_read():
+    from airetrain.site_facts import disagreements, gpu_gres
+
+    assert gpu_gres("gpu:l40s:3(S:0-1)") == (3, "l40s") and gpu_gres("gpu:4,shard:8") == (4, None)
+    assert gpu_gres("(null)") == (0, None) and gpu_gres("shard:8,gpu:a100:2(S:0)") == (2, "a100")
+    assert disagreements({"gpus_per_node": 3, "gpu_type": "L40S", "mem_gb_per_node": 250},
+                         {"gpus_per_node": 3, "gpu_type": "l40s", "mem_gb_per_node": 251.0}) == []   # within 2 %
+    assert disagreements({"gpus_per_node": 4}, {"gpus_per_node": 3}) == ["site.gpus_per_node = 4, SLURM says 3"]

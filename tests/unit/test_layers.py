@@ -4,7 +4,8 @@
     stages (plan, stage, checkpoint, report, train,      import shared modules and themselves, and another
     tune)                                                stage only where ALLOWED says why
     commands (cli, job, lightning, hf, doctor,           import anything
-    resolve, tuning, __main__, the workflow's scripts)
+    resolve, tuning, site_command, __main__, the
+    workflow's scripts)
 
 and no cycle between any two modules of the package."""
 import ast
@@ -14,7 +15,7 @@ from conftest import REPO
 
 PACKAGE = REPO / "airetrain"
 STAGES = {"plan", "stage", "checkpoint", "report", "train", "tune"}
-COMMANDS = {"cli", "job", "lightning", "hf", "doctor", "resolve", "tuning", "__main__"}
+COMMANDS = {"cli", "job", "lightning", "hf", "doctor", "resolve", "tuning", "site_command", "__main__"}
 ALLOWED = {("train", "checkpoint"): "the trainer saves and resumes through the checkpointer, and script mode "
                                     "mirrors a script's checkpoints to scratch"}
 

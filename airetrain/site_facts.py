@@ -1,0 +1,116 @@
+"""The site's facts read from SLURM itself (`airetrain site`), and where a config's `site:` disagrees with them.
+
+    read_site(partition, qos)   ({site key: value} SLURM gives for a partition, [what it could not find])
+    disagreements(site, read)   the config's site: keys that differ from what SLURM says
+
+From scontrol show partition (its nodes and MaxTime), scontrol show node (each node's CPUTot, RealMemory
+and gpu gres: the smallest node counts, as a job must fit any of them), and sacctmgr's QoS
+(MaxTRESPerUser gres/gpu). The fast root is told from the environment where this runs inside a job
+($TMP_SHARED, else $TMPDIR); on a login node it cannot be told, and the list of what was not found says so.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+from .units import duration_s
+
+SITE_KEYS = ("gpus_per_node", "gpu_type", "cores_per_node", "mem_gb_per_node", "max_wall_hours", "max_gpus_per_user")
+
+
+def _run(argv: list[str], env=None) -> str | None:
+    """A SLURM command's output, or None where SLURM is not here or does not answer."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _pairs(text: str) -> dict[str, str]:
+    """scontrol's one-line records: 'Key=value Key2=value2' -> dict (values without spaces)."""
+    return dict(item.split("=", 1) for item in text.split() if "=" in item)
+
+
+def default_partition(env=None) -> str | None:
+    out = _run(["sinfo", "-h", "-o", "%P"], env)
+    return next((p.rstrip("*") for p in (out or "").split() if p.endswith("*")), None)
+
+
+def gpu_gres(gres: str) -> tuple[int, str | None]:
+    """A node's gres ('gpu:l40s:3(S:0-1),shard:6') -> (its GPUs, their type or None)."""
+    for item in re.split(r",(?![^(]*\))", gres or ""):
+        parts = re.sub(r"\(.*\)", "", item).split(":")
+        if parts[0] == "gpu" and parts[-1].isdigit():
+            return int(parts[-1]), parts[1] if len(parts) == 3 else None
+    return 0, None
+
+
+def read_site(partition: str | None = None, qos: str | None = None, env=None) -> tuple[dict, list[str], str | None]:
+    """(the site facts SLURM gives for the partition (its default where None), what could not be found and
+    why, the partition read)."""
+    env = os.environ if env is None else env
+    missing: list[str] = []
+    partition = partition or default_partition(env)
+    text = _run(["scontrol", "show", "partition", "-o", partition], env) if partition else None
+    if not text:
+        return {}, [f"SLURM does not answer here (scontrol show partition {partition or '(default)'})"], partition
+    part = _pairs(text)
+    site: dict = {}
+    hours = duration_s(part.get("MaxTime")) if part.get("MaxTime") not in (None, "UNLIMITED") else None
+    if hours:
+        site["max_wall_hours"] = round(hours / 3600, 2)
+    else:
+        missing.append(f"max_wall_hours: partition {partition} has MaxTime={part.get('MaxTime')}")
+    hosts = (_run(["scontrol", "show", "hostnames", part.get("Nodes", "")], env) or "").split()
+    nodes = [_pairs(_run(["scontrol", "show", "node", "-o", host], env) or "") for host in hosts]
+    nodes = [n for n in nodes if n]
+    if nodes:
+        gres = [gpu_gres(n.get("Gres", "")) for n in nodes]
+        site["gpus_per_node"] = min(count for count, _ in gres)
+        kinds = {kind for count, kind in gres if count}
+        site["gpu_type"] = kinds.pop() if len(kinds) == 1 else None
+        if site["gpu_type"] is None and site["gpus_per_node"]:
+            missing.append(f"gpu_type: the nodes' gres name {'several types' if kinds else 'no type'}")
+        site["cores_per_node"] = min(int(n.get("CPUTot", 0)) for n in nodes)
+        site["mem_gb_per_node"] = round(min(int(n.get("RealMemory", 0)) for n in nodes) / 1024, 1)
+    else:
+        missing.append(f"the nodes of partition {partition}: scontrol show node gave nothing")
+    cap = _gpu_cap(qos, env)
+    if cap is not None:
+        site["max_gpus_per_user"] = cap
+    else:
+        missing.append(f"max_gpus_per_user: QoS {qos or '(your default)'} has no gres/gpu in MaxTRESPerUser "
+                       "(or accounting does not answer)")
+    fast = env.get("TMP_SHARED") or (env.get("TMPDIR") if env.get("SLURM_JOB_ID") else None)
+    missing.append(f"the fast root: {'$TMP_SHARED' if env.get('TMP_SHARED') else '$TMPDIR'} in this job ({fast})"
+                   if fast else "the fast root: not told on a login node (srun -p PARTITION -t 1 airetrain site "
+                   "reads a job's $TMP_SHARED or $TMPDIR)")
+    return site, missing, partition
+
+
+def _gpu_cap(qos: str | None, env) -> int | None:
+    """A QoS's GPUs per user (MaxTRESPerUser gres/gpu=N); qos None: the user's default QoS, else normal."""
+    if qos is None:
+        user = env.get("USER") or env.get("LOGNAME") or ""
+        out = _run(["sacctmgr", "-nP", "show", "assoc", f"where user={user}", "format=DefaultQOS"], env) or ""
+        qos = next((line.strip() for line in out.splitlines() if line.strip()), "normal")
+    out = _run(["sacctmgr", "-nP", "show", "qos", qos, "format=MaxTRESPerUser"], env)
+    match = re.search(r"gres/gpu=(\d+)", out or "")
+    return int(match[1]) if match else None
+
+
+def disagreements(site: dict, read: dict) -> list[str]:
+    """'site.KEY = config value, SLURM says value' for each key both give that differ."""
+    out = []
+    for key in SITE_KEYS:
+        if key in read and read[key] is not None and site.get(key) is not None and _differs(site[key], read[key]):
+            out.append(f"site.{key} = {site[key]!r}, SLURM says {read[key]!r}")
+    return out
+
+
+def _differs(configured, read) -> bool:
+    if isinstance(read, str) or isinstance(configured, str):
+        return str(configured).lower() != str(read).lower()
+    return abs(float(configured) - float(read)) > 0.02 * max(abs(float(read)), 1)

@@ -1,0 +1,53 @@
+"""The site's facts read from the real SLURM test cluster (`airetrain site`), and a plan whose `site:` is another
+cluster's warned about, naming each fact that differs."""
+import os
+
+import pytest
+import yaml
+
+from conftest import BIN, REPO, run, write_config
+
+pytestmark = pytest.mark.slurm
+# another cluster's GPU nodes, as a user would copy them from its documentation
+ELSEWHERE = {"gpus_per_node": 4, "gpu_type": "v100", "cores_per_node": 40, "mem_gb_per_node": 500,
+             "max_wall_hours": 24}
+
+
+@pytest.fixture
+def gpu_cap(slurm_cluster):
+    """A QoS of its own with a per-user GPU cap, as Aire's has, for this test only (no job runs under it)."""
+    env = {**os.environ, **slurm_cluster}
+    run(["sacctmgr", "-i", "add", "qos", "site_cap", "set", "MaxTRESPerUser=gres/gpu=15"], env=env)
+    try:
+        yield env
+    finally:
+        run(["sacctmgr", "-i", "delete", "qos", "site_cap"], env=env)
+
+
+def test_airetrain_site_writes_the_facts_the_cluster_was_started_with(gpu_cap, tmp_path):
+    env = {**gpu_cap, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    out = run([str(BIN / "airetrain"), "site", "--partition", "gpu", "--qos", "site_cap", "--write",
+               str(tmp_path / "site.yaml")], env=env, cwd=tmp_path).stdout
+    written = yaml.safe_load((tmp_path / "site.yaml").read_text())["site"]
+    # tests/slurm/up.sh: labgpu[1-2], Gres=gpu:l40s:3, CPUs=24, RealMemory=256000, MaxTime=2-00:00:00
+    assert written == {"max_wall_hours": 48.0, "gpus_per_node": 3, "gpu_type": "l40s", "cores_per_node": 24,
+                       "mem_gb_per_node": 250.0, "max_gpus_per_user": 15}
+    assert "# not found: the fast root: not told on a login node" in out
+    default = run([str(BIN / "airetrain"), "site"], env=env, cwd=tmp_path).stdout
+    assert "# partition standard, read from SLURM" in default and "gpus_per_node: 0" in default
+
+
+def test_a_plan_with_another_clusters_facts_is_warned_about_and_slurms_own_are_not(slurm_cluster, tmp_path):
+    env = {**os.environ, **slurm_cluster, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    run_cfg = {"gpus": 3, "device": "cpu", "batch": {"global": 96, "per_device": 32}}
+    wrong = write_config(tmp_path / "wrong.yaml", {"site": ELSEWHERE, "runs": {"g3": run_cfg}})
+    text = run([str(BIN / "airetrain"), "plan", "--configfile", str(wrong)], env=env, cwd=tmp_path).stderr
+    assert ("site: disagrees with SLURM's partition gpu: site.gpus_per_node = 4, SLURM says 3; site.gpu_type = "
+            "'v100', SLURM says 'l40s'; site.cores_per_node = 40, SLURM says 24; site.mem_gb_per_node = 500, "
+            "SLURM says 250.0; site.max_wall_hours = 24, SLURM says 48.0") in text
+    run([str(BIN / "airetrain"), "site", "--partition", "gpu", "--write", str(tmp_path / "site.yaml")], env=env,
+        cwd=tmp_path)
+    right = write_config(tmp_path / "right.yaml", {"runs": {"g3": run_cfg}})
+    text = run([str(BIN / "airetrain"), "plan", "--configfile", str(right), str(tmp_path / "site.yaml")], env=env,
+               cwd=tmp_path).stderr
+    assert "disagrees" not in text and REPO.exists()
