@@ -96,6 +96,16 @@ def gpu_memory_gb(name: str | None) -> float | None:
     return facts["memory_gb"] if facts else None
 
 
+def memory_budget_gb(name: str | None) -> float | None:
+    """What strategy auto lets DDP use of a GPU: 5/6 of its memory (an L40S's 48 GB: 40), the rest headroom for
+    the allocator and the communication buffers; None: the GPU's memory is not known."""
+    memory = gpu_memory_gb(name)
+    if not memory:
+        return None
+    budget = memory * 5 / 6
+    return int(budget) if float(budget).is_integer() else round(budget, 1)
+
+
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")   # x86 instructions that compute in bf16
 
 

@@ -260,7 +260,7 @@ class RunConfig(_Record):
     forecast: Forecast
     time_min: TimeMin
     strategy: str
-    memory_budget_gb: float
+    memory_budget_gb: float | None   # None in the config: the site GPU's (the plan fills it in)
     activation_checkpointing: bool | str   # auto, true or false
     fsdp_cpu_offload: bool
     ddp_bucket_mb: float

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..catalog import prepared
 from ..environment import job_env
+from ..hardware import memory_budget_gb
 from ..errors import ConfigError
 from ..quota import dataset_size
 from ..records import Minutes, Plan, PlanRoots, RecordError, read_record
@@ -40,6 +41,7 @@ def plan_run(name: str, run: RunConfig, settings: Settings, scratch: Root, env=N
     cfg.check_name(name)
     problems: list[str] = []
     site = settings.site
+    run = site_filled(run, site)
     nodes, nproc = layout.nodes_and_ranks(name, run, site, problems)
     device = run.device if run.device != "auto" else ("cuda" if run.gpus else "cpu")
     cpus_per_rank, cpus_per_node, mem_gb_per_node = layout.per_node(name, run, site, nproc, problems)
@@ -76,6 +78,14 @@ def plan_run(name: str, run: RunConfig, settings: Settings, scratch: Root, env=N
     if run.resources == "measured":
         plan = _right_sized(plan, settings, scratch, (planned.right_sized if planned else None))
     return plan
+
+
+def site_filled(run: RunConfig, site) -> RunConfig:
+    """The run with what its config leaves to the site filled in: memory_budget_gb, the site GPU's from the GPU
+    table (None: not known). The same in every parse, so a run's plan and fingerprint stay the same."""
+    if run.memory_budget_gb is None:
+        run = run.replace(memory_budget_gb=memory_budget_gb(site.gpu_type))
+    return run
 
 
 def _right_sized(plan: Plan, settings: Settings, scratch: Root, earlier: dict | None) -> Plan:
@@ -156,6 +166,7 @@ def plan_all(config: dict, env=None, scratch: Root | None = None,
     scratch = scratch or durable_root(settings.roots.scratch, env)
     plans, problems = {}, []
     for name, run in runs.items():
+        run = site_filled(run, settings.site)
         try:
             planned = _planned(results, name)
             plans[name] = _chosen_layout(name, run, settings, scratch, env, planned, forecast_now) \

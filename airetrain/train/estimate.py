@@ -100,7 +100,7 @@ def estimate(run: RunConfig, meta: dict | None, world: int, per_device: int,
     ddp = state + activations
     # FSDP shards the state; with activation checkpointing only block inputs stay, plus one block's
     fsdp = state / world + activations * 2 / max(blocks, 1)
-    fits = ddp <= budget * GB
+    fits = budget is None or ddp <= budget * GB   # no budget: the GPU's memory is not known, DDP
     return {
         "parameters": params,
         "state_gb": round(state / GB, 3),
@@ -112,7 +112,9 @@ def estimate(run: RunConfig, meta: dict | None, world: int, per_device: int,
         "checkpoint_bytes": params * (4 + optimizer_bytes(run.optim.name)),
         "fsdp_units": blocks,   # what FSDP would shard one by one (parallel/fsdp_units.py)
         "decision": "ddp" if fits else "fsdp",
-        "reason": (f"DDP needs {ddp / GB:.2f} GB per GPU, {'within' if fits else 'over'} the {budget:g} GB budget"
+        "reason": (f"DDP needs {ddp / GB:.2f} GB per GPU; no memory budget (the site's GPU is not in the GPU "
+                   "table: set memory_budget_gb), so DDP" if budget is None else
+                   f"DDP needs {ddp / GB:.2f} GB per GPU, {'within' if fits else 'over'} the {budget:g} GB budget"
                    + ("" if fits else f"; FSDP with activation checkpointing needs about {fsdp / GB:.2f} GB")),
     }
 

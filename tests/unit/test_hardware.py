@@ -9,11 +9,16 @@ def test_the_schemas_site_defaults_are_the_aire_gpu_node():
         {k: v for k, v in AIRE_GPU_NODE.items() if k != "gpu"}
 
 
-def test_the_default_memory_budget_leaves_headroom_on_the_node_gpu():
-    from airetrain.plan.config import resolve
+def test_the_default_memory_budget_is_the_site_gpus_with_headroom_and_none_for_an_unknown_gpu(tmp_path):
+    from airetrain.plan.planner import plan_all
 
-    budget = resolve({"runs": {"r": {}}})[1]["r"].memory_budget_gb
-    assert 0 < budget < GPUS[AIRE_GPU_NODE["gpu"]]["memory_gb"]
+    def budget(site: dict):
+        return plan_all({"roots": {"scratch": str(tmp_path)}, "site": site, "runs": {"r": {}}},
+                        env={"HOME": "/nonexistent"})["r"].config.memory_budget_gb
+
+    assert budget({}) == 40 and 40 < GPUS[AIRE_GPU_NODE["gpu"]]["memory_gb"]   # the L40S's 48 GB x 5/6
+    assert isinstance(budget({}), int)   # as the config's 40 was: a run's checkpoint fingerprint stays the same
+    assert budget({"gpu_type": "NVIDIA H200"}) == 117.5 and budget({"gpu_type": "mi300x"}) is None
 
 
 def test_device_names_find_their_facts():
