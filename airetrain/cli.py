@@ -251,7 +251,7 @@ def _compare(args) -> None:
 def _init(args) -> None:
     from .project import init
 
-    written = init(args.directory, args.script, args.gpus, args.account)
+    written = init(args.directory, args.script, args.gpus, args.account, args.partition)
     print("wrote " + ", ".join(str(p) for p in written))
     print(f"next: cd {args.directory} && airetrain plan && snakemake --cores 2")
 
@@ -277,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--script", help="the run trains with your own script (script mode), e.g. train.py")
     p.add_argument("--gpus", type=int, help="the run's GPUs (default: 0, CPU processes)")
     p.add_argument("--account", help="your SLURM account, for profiles/aire (else a placeholder to fill in)")
+    p.add_argument("--partition", help="the runs' partition, whose facts SLURM gives for the config's site:")
     p.set_defaults(func=_init)
 
     p = sub.add_parser("workflow-path", help="where the installed workflow's files are (Snakefile, rules, profiles)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import ConfigError
-from .profiles import NAMES, built_in, with_account
+from .profiles import ACCOUNT_NAME as SLURM_NAME, NAMES, built_in, with_account
 
 SNAKEFILE = '''\
 # The airetrain workflow, installed with the package (`airetrain workflow-path` shows where), used as a
@@ -83,13 +83,28 @@ def layout(gpus: int | None) -> str:
             "  processes: 2                                # with gpus: 0, this many CPU processes (gloo)")
 
 
-def files(directory: Path, script: str | None, gpus: int | None, account: str | None) -> dict[Path, str]:
-    """What init writes, by path."""
+def site_section(partition: str, site: dict, missing: list[str]) -> str:
+    """The config's site: as SLURM gave it for the partition, and the runs' partition."""
+    import yaml
+
+    lines = [f"# The site's facts, read from SLURM's partition {partition} by `airetrain init --partition "
+             f"{partition}` (`airetrain site` reads them again)", *(f"# not found: {m}" for m in missing)]
+    return "\n" + "\n".join(lines) + "\n" + yaml.safe_dump({"site": site}, sort_keys=False)
+
+
+def files(directory: Path, script: str | None, gpus: int | None, account: str | None,
+          partition: str | None = None, site: tuple[dict, list[str]] | None = None) -> dict[Path, str]:
+    """What init writes, by path. partition and site: the runs' partition and what SLURM said of it."""
     training = SCRIPT.format(script=script) if script else BUILT_IN
     aire, local = with_account(built_in("aire"), account), built_in("local")
+    config = CONFIG.format(layout=layout(gpus), training=training, **_batch(gpus))
+    if partition:
+        config = config.replace("  # slurm: {account: my-account}", f"  slurm: {{partition: {partition}}}"
+                                "                # account: else $SBATCH_ACCOUNT, else the profile's")
+        config += site_section(partition, *site) if site else ""
     found = {
         "Snakefile": SNAKEFILE,
-        "config/config.yaml": CONFIG.format(layout=layout(gpus), training=training, **_batch(gpus)),
+        "config/config.yaml": config,
         ".gitignore": GITIGNORE,
         "README.md": README.format(name=directory.absolute().name),
         **{f"profiles/aire/{name}": aire for name in NAMES},
@@ -105,12 +120,23 @@ def _batch(gpus: int | None) -> dict:
 
 
 def init(directory: str | Path = ".", script: str | None = None, gpus: int | None = None,
-         account: str | None = None) -> list[Path]:
-    """Write the project's files into directory (made if missing); refuse if any of them exists."""
+         account: str | None = None, partition: str | None = None) -> list[Path]:
+    """Write the project's files into directory (made if missing); refuse if any of them exists. partition: the
+    runs' SLURM partition, whose facts SLURM gives for the config's site:."""
     directory = Path(directory)
     if gpus is not None and gpus < 0:
         raise ConfigError(f"--gpus {gpus}: give 0 (CPU processes) or more")
-    written = files(directory, script, gpus, account)
+    site = None
+    if partition is not None:
+        if not SLURM_NAME.match(partition):   # it reaches the config, then sbatch
+            raise ConfigError(f"--partition {partition!r}: a SLURM name is letters, digits, '_', '.' and '-'")
+        from .site_facts import read_site
+
+        facts, missing, _ = read_site(partition)
+        if not facts:
+            raise ConfigError(f"--partition {partition}: {missing[0]}; run init on the cluster's login node")
+        site = (facts, missing)
+    written = files(directory, script, gpus, account, partition, site)
     if existing := [str(p) for p in written if p.exists() or p.is_symlink()]:
         raise ConfigError(f"init writes nothing over existing files; move these away first: "
                           f"{', '.join(existing)}")

@@ -51,3 +51,17 @@ def test_a_plan_with_another_clusters_facts_is_warned_about_and_slurms_own_are_n
     text = run([str(BIN / "airetrain"), "plan", "--configfile", str(right), str(tmp_path / "site.yaml")], env=env,
                cwd=tmp_path).stderr
     assert "disagrees" not in text and REPO.exists()
+
+
+def test_init_on_a_cluster_writes_its_facts_and_the_project_plans_without_a_warning(slurm_cluster, tmp_path):
+    env = {**os.environ, **slurm_cluster, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    run([str(BIN / "airetrain"), "init", "project", "--gpus", "3", "--partition", "gpu"], env=env, cwd=tmp_path)
+    config = yaml.safe_load((tmp_path / "project/config/config.yaml").read_text())
+    assert config["defaults"]["slurm"] == {"partition": "gpu"}
+    assert config["site"] == {"max_wall_hours": 48.0, "gpus_per_node": 3, "gpu_type": "l40s", "cores_per_node": 24,
+                              "mem_gb_per_node": 250.0}
+    text = run([str(BIN / "airetrain"), "plan"], env={**env, "SCRATCH": str(tmp_path / "scratch")},
+               cwd=tmp_path / "project")
+    assert "first" in text.stdout and "disagrees" not in text.stderr
+    bad = run([str(BIN / "airetrain"), "init", "other", "--partition", "gpu;id"], env=env, cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and "--partition 'gpu;id': a SLURM name is" in bad.stderr
