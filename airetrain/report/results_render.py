@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..text import markdown_table
-from .results import ENERGY, curves, group_rows, metric_columns, run_rows
+from .results import curves, group_rows, metric_columns, run_rows
 
 
 def _figure(row: dict, column: str) -> str:
@@ -21,15 +21,27 @@ def _figure(row: dict, column: str) -> str:
     return f"{mean:.4g} ± {sd:.2g} (95 % CI {mean - ci:.4g} to {mean + ci:.4g})"
 
 
+def _energy(group: dict) -> str:
+    """A group's energy as mean ± sd (the interval is in results.csv), and its mean CO2e: one compact cell."""
+    mean, sd, co2e = group.get("energy_kwh"), group.get("energy_kwh_sd"), group.get("co2e_kg")
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return ""
+    spread = "" if sd is None or (isinstance(sd, float) and math.isnan(sd)) else f" ± {sd:.2g}"
+    return f"{mean:.3g}{spread} ({co2e:.2g})" if co2e is not None else f"{mean:.3g}{spread}"
+
+
 def results_markdown(groups: list[dict], runs: list[dict]) -> str:
     metrics = metric_columns(runs)
-    shown = [*metrics, "best", "best_epoch", "time_to_best_s", "samples_per_s",
-             *(c for c in ENERGY if any(g.get(c) is not None for g in groups))]
+    shown = [*metrics, "best", "best_epoch", "time_to_best_s", "samples_per_s"]
     marked = any(g.get("evaluates") for g in groups)   # evaluation runs: the column says of which run
-    header = ["group", *(["evaluates"] if marked else []), "runs (finished/planned)", *shown, "GPU-hours", "differs"]
+    hours = any(g["gpu_hours"] is not None for g in groups)
+    energy = any(g.get("energy_kwh") is not None for g in groups)
+    header = ["group", *(["evaluates"] if marked else []), "runs (finished/planned)", *shown,
+              *(["GPU-hours"] if hours else []), *(["kWh (kg CO2e)"] if energy else []), "differs"]
     lines = markdown_table(header, [[g["group"], *([g.get("evaluates", "")] if marked else []),
                                 f"{g['n_finished']}/{g['n_planned']}", *(_figure(g, c) for c in shown),
-                                "" if g["gpu_hours"] is None else f"{g['gpu_hours']:.2f}", g["differs"]]
+                                *(["" if g["gpu_hours"] is None else f"{g['gpu_hours']:.2f}"] if hours else []),
+                                *([_energy(g)] if energy else []), g["differs"]]
                                for g in groups])
     tracked = any(r.get("tracker") for r in runs)   # the tracker runs (tracking:), where the config names one
     lines += ["", "Runs:", ""] + markdown_table(
@@ -41,7 +53,8 @@ def results_markdown(groups: list[dict], runs: list[dict]) -> str:
     lines += ["", "Each figure: the mean over a group's finished runs ± their sample standard deviation (n − 1), "
               "with the 95 % confidence interval of the mean (Student's t); n = 1: one run, no spread. best: the "
               "monitored metric's best value (checkpoint.monitor), best_epoch counted from 1; time_to_best_s: "
-              "training seconds until it; differs: the config keys in which the groups differ."]
+              "training seconds until it; kWh (kg CO2e): each run's energy, mean ± sd, and its emissions (the "
+              "efficiency table's energy_kwh and co2e_kg); differs: the config keys in which the groups differ."]
     return "\n".join(lines) + "\n"
 
 

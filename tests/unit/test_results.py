@@ -115,4 +115,4 @@ def test_a_groups_energy_and_co2e_are_the_mean_and_sd_over_its_seeds(tmp_path):
     rows = results.run_rows(tmp_path, runs, efficiency)
     group = {g["group"]: g for g in results.group_rows(rows)}["base-lr1e-3"]
     assert group["energy_kwh"] == pytest.approx(0.6) and group["energy_kwh_sd"] == pytest.approx(0.1)
-    assert "energy_kwh" in results_render.results_markdown([group], rows)
+    assert "| 0.6 ± 0.1 |" in results_render.results_markdown([group], rows)
