@@ -5,7 +5,8 @@ retrain it, its checkpoints go (on scratch and on the fast root this shell sees;
 root is purged when the job ends), with its captured code, the copy of its finished record on
 scratch and its results directory. Its history (history.jsonl, sessions, stops) stays: it is what
 right-sizing learns from. Its tracker run (W&B, MLflow) is kept and marked superseded: the retraining
-starts a new one, and tags the old one so. Nothing outside the run's own directories is touched.
+starts a new one, and tags the old one so. Nothing outside the run's own directories is touched. A
+search (tune:) restarts whole: its study, its table, and each trial as a run.
 """
 from __future__ import annotations
 
@@ -34,6 +35,24 @@ def removals(plan: Plan, results: Path) -> list[Path]:
     return [path for path, root in candidates if path.exists() and is_under(path, root)]
 
 
+def search_removals(plans: dict[str, Plan], tune: str, results: Path) -> tuple[list[Path], list[Plan]]:
+    """What restarting a search removes (its study and table, and each trial as a run: checkpoints, record, code,
+    every rung's results folder), and the trials' plans (their tracker runs are superseded)."""
+    from .search_space import parse_rung, rung_name, rungs, trial_name, tune_folder
+
+    tuned = plans[tune]
+    first = rungs(tuned.config.train.epochs, tuned.config.tune.halving)[0]
+    trials = []
+    for file in sorted((tune_folder(tune, results) / "trials").glob("t*.json")):
+        trials.append(plans[rung_name(trial_name(tune, int(file.stem[1:])), first)])
+    paths = [p for p in (tune_folder(tune, results), *(results / tune / f"tune.{x}" for x in ("csv", "md", "html")))
+             if p.exists()]
+    for trial in trials:
+        paths += [p for p in removals(trial, results) if p != results / trial.run]
+        paths += sorted(p for p in results.glob(f"{trial.run}-e*") if parse_rung(p.name, {tune}))
+    return paths, trials
+
+
 def asking(yes: bool):
     """The confirmation: the paths listed, then a person's yes (or --yes)."""
     def confirm(paths: list[Path]) -> bool:
@@ -50,7 +69,15 @@ def restart(plans: dict[str, Plan], names: list[str], results: Path, confirm) ->
     if unknown:
         named = ", ".join(f"{n!r}{did_you_mean(n, plans)}" for n in unknown)
         raise ConfigError(f"restart: unknown run {named}; runs: {', '.join(plans)}")
-    paths = [p for n in names for p in removals(plans[n], results)]
+    paths, superseded = [], []
+    for name in names:
+        if plans[name].config.tune:   # a search: its study and every trial, so that it starts again from nothing
+            found, trials = search_removals(plans, name, results)
+            paths += found
+            superseded += trials
+        else:
+            paths += removals(plans[name], results)
+            superseded.append(plans[name])
     if not paths or not confirm(paths):
         return []
     for path in paths:
@@ -58,6 +85,6 @@ def restart(plans: dict[str, Plan], names: list[str], results: Path, confirm) ->
             shutil.rmtree(path)
         else:
             path.unlink()
-    for name in names:
-        supersede(plans[name].durable_dir)
+    for plan in superseded:
+        supersede(plan.durable_dir)
     return paths

@@ -86,7 +86,7 @@ def _tell(optuna, study, previous: dict, results: Path, metric: str, ladder: lis
     if not values:   # no evaluation in the rung's epochs: failed, with the reason in the table
         frozen_error = (f"no {metric} after {start} and up to {epochs} epochs in {rung_name(previous['trial'], epochs)}"
                         "/metrics.jsonl (a checkpoint already past them, of an earlier study with the same parameters, "
-                        f"resumes there: airetrain restart {previous['trial']})")
+                        f"resumes there: airetrain restart {tuned_name(previous['trial'])} starts the search anew)")
         optuna.trial.Trial(study, frozen._trial_id).set_user_attr("error", frozen_error)
         study.tell(number, state=optuna.trial.TrialState.FAIL)
         return None
@@ -102,6 +102,10 @@ def _tell(optuna, study, previous: dict, results: Path, metric: str, ladder: lis
         return None
     rung = previous["rung"] + 1
     return {"trial": previous["trial"], "number": number, "rung": rung, "epochs": ladder[rung]}
+
+
+def tuned_name(trial: str) -> str:
+    return trial.rsplit("-t", 1)[0]
 
 
 def _ask(optuna, study, tuned: Plan, slot: int, index: int, results, ladder: list[int], refused) -> dict:

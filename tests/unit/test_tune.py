@@ -167,7 +167,7 @@ def test_a_rung_that_trained_nothing_new_fails_its_trial_naming_the_restart(tmp_
     from airetrain.tune.table import rows
 
     (row,) = rows(tuned, results)[:1]
-    assert row["state"] == "failed" and "airetrain restart cnn-t000" in row["error"]
+    assert row["state"] == "failed" and "airetrain restart cnn starts the search anew" in row["error"]
 
 
 def test_status_shows_each_trials_newest_rung_and_a_line_per_search(tmp_path):
@@ -211,3 +211,21 @@ def test_more_trials_in_the_config_extend_the_same_study(tmp_path):
     assert decide(tuned, 3, 0, results) == {"done": True}
     more = plans(tmp_path, {"cnn": {**TUNED, "tune": {**TUNED["tune"], "trials": 4}}})["cnn"]
     assert decide(more, 3, 0, results)["trial"] == "cnn-t003"   # the same step, taken again, asks the fourth
+
+
+def test_restarting_a_search_removes_its_study_and_every_trial_and_nothing_else(tmp_path):
+    from airetrain.restart import restart
+
+    planned, results = plans(tmp_path, {"cnn": TUNED, "other": {}}), tmp_path / "results"
+    first = decide(planned["cnn"], 0, 0, results)
+    rung_results(results, first, {1: 0.5})
+    decide(planned["cnn"], 0, 1, results)
+    checkpoints = tmp_path / "scratch/airetrain/cnn-t000/checkpoints"
+    checkpoints.mkdir(parents=True)
+    (results / "other").mkdir()
+    (results / "cnn" / "tune.csv").write_text("trial\n")
+    removed = restart(planned, ["cnn"], results, lambda paths: True)
+    assert sorted(str(p.relative_to(tmp_path)) for p in removed) == [
+        "results/cnn-t000-e1", "results/cnn/tune", "results/cnn/tune.csv", "scratch/airetrain/cnn-t000/checkpoints"]
+    assert (results / "other").exists() and (results / "cnn").exists()
+    assert decide(planned["cnn"], 0, 0, results)["trial"] == "cnn-t000"   # a new study from trial 0
