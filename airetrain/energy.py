@@ -2,6 +2,8 @@
 
     measured, node   SLURM's energy TRES (sacct TRESUsageInTot energy=, joules), where the site's
                      acct_gather_energy plugin records it: every node's energy, the job's steps summed
+    measured, GPU    the trainer's NVML energy counter over the session, every rank's GPU summed
+                     (train.json gpu_energy_j): the GPUs' energy alone, and said so
     estimated        the Green Algorithms method (Lannelongue, Grealey and Inouye, Adv. Sci. 2021) from what
                      sacct records: cores x power per core x CPU usage + GPUs x board power x GPU use +
                      requested memory x power per GB, times the hours and the data centre's PUE
@@ -32,6 +34,9 @@ def job_energy(job: dict, energy: dict | None = None, gpu_use: float | None = No
     if job.get("energy_j"):
         kwh = job["energy_j"] / 3.6e6 * energy["pue"]
         source = "measured, node (SLURM energy TRES) x PUE"
+    elif job.get("gpu_energy_j"):
+        kwh = job["gpu_energy_j"] / 3.6e6 * energy["pue"]
+        source = "measured, GPUs only (NVML) x PUE"
     else:
         watts = _estimated_watts(job, energy, gpu_use)
         if watts is None:

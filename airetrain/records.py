@@ -180,6 +180,8 @@ class TrainRecord(TypedDict):
     gpu_name: NotRequired[Doc[Optional[str], "the GPU's name as CUDA reports it: its memory and peaks come from "
                                              "hardware.py's table (none on CPU)"]]
     gpu_util_mean: Doc[Optional[float], "mean GPU utilisation from NVML, %, all ranks"]
+    gpu_energy_j: NotRequired[Doc[Optional[float], "the session's GPU energy from NVML's counter, J, every rank's GPU "
+                                                   "summed (none on CPU, or where a GPU has no counter)"]]
     gpu_mem_peak_bytes: Doc[Optional[int], "GPU memory peak from NVML, bytes"]
     memory_estimate: Doc[Optional[dict], "the plan's per-GPU memory estimate"]
     activation_checkpointing: Doc[bool, "whether activation checkpointing was on"]

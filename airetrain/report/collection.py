@@ -52,7 +52,8 @@ COLUMNS = {
                    "Algorithms estimate (cores x W per core x CPU usage + GPUs x board power x GPU use + requested "
                    "memory x W per GB, x hours); both x PUE (site.energy)"),
     "co2e_kg": "energy_kwh x the grid's carbon intensity (site.energy.carbon_g_per_kwh), kg CO2e",
-    "energy_source": "measured, node (SLURM's energy TRES), or estimated (Green Algorithms), or unknown (why)",
+    "energy_source": ("measured, node (SLURM's energy TRES), measured, GPUs only (the trainer's NVML counter), "
+                      "estimated (Green Algorithms), or unknown (why)"),
     "gpu_util": "GPU utilisation: the trainer's NVML mean, else SLURM's gres/gpuutil peak (0-1)",
     "gpu_mem_peak_mb": "GPU memory peak: the trainer's NVML figure, else SLURM's gres/gpumem, MB",
     "world_size": "training ranks",
@@ -182,6 +183,7 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
         if train.get("gpu_mem_peak_bytes"):
             row["gpu_mem_peak_mb"] = round(train["gpu_mem_peak_bytes"] / 2 ** 20, 1)
         row["memory_estimate"] = train.get("memory_estimate")
+        row["gpu_energy_j"] = train.get("gpu_energy_j")   # NVML's: the energy's source where SLURM measures none
         row["gpu_type"] = train.get("gpu_name") or row.get("gpu_type")   # CUDA's name, else SLURM's gres type
         row["tracking_lost"] = {name: {"lost": t["lost"], "error": t["error"]}
                                 for name, t in (train.get("tracking") or {}).items() if t.get("lost")} or None

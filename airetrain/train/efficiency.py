@@ -67,6 +67,7 @@ class GpuSampler:
         except Exception:  # no nvidia-ml-py, or NVML not usable here
             self._handle = None
             return
+        self._energy_mj = self._energy()
         self._thread = threading.Thread(target=self._run, args=(interval_s,), daemon=True)
         self._thread.start()
 
@@ -83,12 +84,22 @@ class GpuSampler:
         util, mem = self.samples[-1]
         return {"gpu_util": util, "gpu_mem_gb": mem / 1e9}
 
+    def _energy(self) -> int | None:
+        """NVML's energy counter of this GPU since the driver loaded, mJ; None where it has none (before Volta)."""
+        try:
+            return self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
+        except Exception:
+            return None
+
     def summary(self) -> dict:
         self._stop.set()
+        start = getattr(self, "_energy_mj", None)
+        end = self._energy() if start is not None else None
+        energy = {"gpu_energy_j": (end - start) / 1000 if end is not None else None}
         if not self.samples:
-            return {"gpu_util_mean": None, "gpu_mem_peak_bytes": None, "gpu_samples": 0}
+            return {"gpu_util_mean": None, "gpu_mem_peak_bytes": None, "gpu_samples": 0, **energy}
         return {"gpu_util_mean": round(sum(u for u, _ in self.samples) / len(self.samples), 1),
-                "gpu_mem_peak_bytes": max(m for _, m in self.samples), "gpu_samples": len(self.samples)}
+                "gpu_mem_peak_bytes": max(m for _, m in self.samples), "gpu_samples": len(self.samples), **energy}
 
 
 def now(device: torch.device) -> float:

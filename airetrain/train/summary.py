@@ -23,8 +23,11 @@ def gathered_figures(d: process_group.Dist, progress: Progress, gpu: dict) -> di
     peak = process_group.reduce([process_group.peak_memory_bytes(d.device)], op=torch.distributed.ReduceOp.MAX)[0]
     util = gpu["gpu_util_mean"]
     util = process_group.reduce([util or 0.0])[0] / d.world_size if util is not None else None
+    # every rank calls it, with or without a counter: the sum where every rank's GPU has one
+    energy, counted = process_group.reduce([gpu.get("gpu_energy_j") or 0.0, gpu.get("gpu_energy_j") is not None])
     return {"data_wait_frac": wait_frac / d.world_size, "peak_mem_bytes": int(peak), "gpu_util_mean": util,
-            "gpu_mem_peak_bytes": gpu["gpu_mem_peak_bytes"]}
+            "gpu_mem_peak_bytes": gpu["gpu_mem_peak_bytes"],
+            "gpu_energy_j": round(energy, 1) if counted == d.world_size else None}
 
 
 def _per_step(seconds: float, steps: int) -> float | None:
@@ -117,8 +120,7 @@ def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end:
         peak_tflops_per_gpu=peak_flops / 1e12 if peak_flops else None,
         **steady,
         gpu_name=torch.cuda.get_device_name(s.d.device) if s.d.device.type == "cuda" else None,
-        gpu_util_mean=figures["gpu_util_mean"],
-        gpu_mem_peak_bytes=figures["gpu_mem_peak_bytes"],
+        **{key: figures[key] for key in ("gpu_util_mean", "gpu_energy_j", "gpu_mem_peak_bytes")},
         memory_estimate=plan.memory_estimate,
         activation_checkpointing=plan.activation_checkpointing,
         parallel_units=s.par.units.describe(),

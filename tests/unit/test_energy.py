@@ -68,3 +68,12 @@ def test_the_defaults_are_the_schemas():
     from airetrain.plan.config import defaults_from_schema, load_schema
 
     assert defaults_from_schema(load_schema())["site"]["energy"] == DEFAULTS
+
+
+def test_the_trainers_nvml_energy_is_used_where_slurm_measures_none_and_said_to_be_the_gpus_alone():
+    """A train.json's gpu_energy_j (synthetic here: NVML's counter needs a GPU, which the device check reads)."""
+    job = {"elapsed_s": 3600, "cpus": 4, "cpu_eff": 0.5, "mem_alloc_mb": 8192, "gpus": 1, "gpu_type": "l40s",
+           "gpu_energy_j": 1.8e6}
+    assert job_energy(job, {"pue": 1.0}) == {"energy_kwh": 0.5, "co2e_kg": 0.062,
+                                             "energy_source": "measured, GPUs only (NVML) x PUE"}
+    assert job_energy({**job, "energy_j": 3.6e6}, {"pue": 1.0})["energy_source"].startswith("measured, node")
