@@ -7,7 +7,8 @@
 #   - the checkpoint cost with a GPU-resident state, saves spaced wider than one write (stall, slowed
 #     steps, total against a synchronous save);
 #   - a GPT of about 1.07 B parameters in bf16 on one GPU, 10 warm-up + 300 steady steps, three ways:
-#     plain, torch.compile, torch.compile + fused AdamW: steady-state MFU, tokens/s, compile time.
+#     plain, torch.compile, torch.compile + fused AdamW: steady-state MFU, tokens/s, compile time;
+#     the GPU table's type for CUDA's name of the GPU, and NVML's energy counter (mean watts).
 # Usage: bash benchmarks/gpu_check.sh [OUTDIR]   (GPT_STEADY=300 GPT_DEPTH=20 to change the GPT)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -87,7 +88,14 @@ for name in ("plain", "compiled", "compiled-fused"):
     t = json.loads(path.read_text())
     summary[f"gpt_{name}"] = {k: t.get(k) for k in ("steady_mfu", "steady_tokens_per_s", "steady_achieved_tflops",
                                                     "steady_steps", "warmup_s", "mfu", "peak_tflops_per_gpu",
-                                                    "gpu_mem_peak_bytes", "flops_per_step", "checkpoint_final_wait_s")}
+                                                    "gpu_mem_peak_bytes", "flops_per_step", "checkpoint_final_wait_s",
+                                                    "gpu_name", "gpu_energy_j", "train_seconds")}
+    # the GPU table knows this GPU (its name as CUDA says it), and NVML's energy counter moved: J per second
+    from airetrain.hardware import gpu_facts
+    facts = gpu_facts(t.get("gpu_name"))
+    summary[f"gpt_{name}"]["table_type"] = facts and facts["type"]
+    if t.get("gpu_energy_j") and t.get("train_seconds"):
+        summary[f"gpt_{name}"]["gpu_mean_w"] = round(t["gpu_energy_j"] / t["train_seconds"], 1)
 print(json.dumps(summary, indent=1))
 PY
 stamp "done"
