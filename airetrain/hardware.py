@@ -80,8 +80,7 @@ def gpu_facts(name: str | None) -> dict | None:
         return None
     types = GRES_TYPES.get(name.strip().lower())
     if types is None:
-        plain = re.sub(r"^(NVIDIA|TESLA)\s+", "", name.strip().upper())
-        plain = re.sub(r"^(NVIDIA|TESLA)\s+", "", plain)
+        plain = re.sub(r"^((NVIDIA|TESLA)\s+)+", "", name.strip().upper())
         types = next(([key] for key, facts in GPUS.items() if any(re.search(p, plain) for p in facts["names"])), None)
     if types is None:
         return None

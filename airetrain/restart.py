@@ -38,10 +38,9 @@ def removals(plan: Plan, results: Path) -> list[Path]:
 def search_removals(plans: dict[str, Plan], tune: str, results: Path) -> tuple[list[Path], list[Plan]]:
     """What restarting a search removes (its study and table, and each trial as a run: checkpoints, record, code,
     every rung's results folder), and the trials' plans (their tracker runs are superseded)."""
-    from .search_space import parse_rung, rung_name, rungs, trial_name, tune_folder
+    from .search_space import ladder, parse_rung, rung_name, trial_name, tune_folder
 
-    tuned = plans[tune]
-    first = rungs(tuned.config.train.epochs, tuned.config.tune.halving)[0]
+    first = ladder(plans[tune].config)[0]
     trials = []
     for file in sorted((tune_folder(tune, results) / "trials").glob("t*.json")):
         trials.append(plans[rung_name(trial_name(tune, int(file.stem[1:])), first)])

@@ -6,6 +6,7 @@ each trial's run is. No Optuna at import: the plan and every job read this modul
     suggest(trial, params)     Optuna's suggestions, in the space's order, under the dotted names
     trial_config(run, ...)     the trial's run: the tuned run with its parameters and a rung's epochs
     rungs(epochs, halving)     the epochs at which successive halving decides: 1, 3, 9, ..., epochs
+    ladder(run), slots(...)    a tuned run's rungs, and its trials at once
 
 A trial is a run named <tune>-t<NNN> (Optuna's number). Each rung it trains is a Snakemake run of
 its own, <tune>-t<NNN>-e<epochs>, with its own results folder: Snakemake makes each file once per
@@ -36,10 +37,6 @@ class Parameter:
     step: int | None = None      # int only
     log: bool = False            # int only (loguniform is a float's)
     choices: tuple = ()
-
-    @property
-    def numeric(self) -> bool:
-        return self.kind != "choice"
 
 
 def parameters(space: dict, where: str) -> list[Parameter]:
@@ -121,8 +118,13 @@ def rungs(epochs: int, halving: dict | None) -> list[int]:
     return [*out, epochs]
 
 
+def ladder(run) -> list[int]:
+    """A tuned run's rungs (run: its RunConfig)."""
+    return rungs(run.train.epochs, run.tune.halving)
+
+
 def tune_folder(tune: str, results: str | Path = "results") -> Path:
-    """Where the study and its trials' files are: results/<tune>/tune/ (on the submitting side)."""
+    """Where the study, its steps and its trials' files are: results/<tune>/tune/ (on the submitting side)."""
     return Path(results) / tune / "tune"
 
 
@@ -131,8 +133,19 @@ def trial_file(tune: str, number: int, results: str | Path = "results") -> Path:
     return tune_folder(tune, results) / "trials" / f"t{number:03d}.json"
 
 
+def step_path(folder: Path, slot: int | str, index: int | str) -> Path:
+    """A slot's step's decision, under tune_folder: what the workflow's chains follow."""
+    return folder / f"slot{slot}" / f"step{index}.json"
+
+
 def trial_name(tune: str, number: int) -> str:
     return f"{tune}-t{number:03d}"
+
+
+def parse_trial(name: str) -> tuple[str, int]:
+    """(tune, number) of a trial's run name."""
+    match = TRIAL.match(name)
+    return match["tune"], int(match["number"])
 
 
 def rung_name(trial: str, epochs: int) -> str:
@@ -163,6 +176,8 @@ def trial_config(run: dict, params: dict, epochs: int) -> dict:
     return {**run, "tune": None}
 
 
-def default_parallel(trials: int, gpus: int, max_gpus: int) -> int:
-    """Trials at once when tune.parallel is not set: as many as the GPU cap holds (one on CPU), at most the trials."""
-    return max(1, min(trials, max_gpus // gpus if gpus else 1))
+def slots(run, max_gpus: int) -> int:
+    """A tuned run's trials at once (run: its RunConfig): tune.parallel, else as many as the GPU cap holds (one on
+    CPU), at most the trials."""
+    tune = run.tune
+    return tune.parallel or max(1, min(tune.trials, max_gpus // run.gpus if run.gpus else 1))

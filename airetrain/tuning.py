@@ -17,9 +17,9 @@ from .run_config import Settings
 
 
 def _step(args) -> None:
-    from .plan.planner import plan_rung, rung_epochs
-    from .search_space import tune_folder
-    from .tune.steps import decide, step_path
+    from .plan.planner import plan_rung
+    from .search_space import ladder, parse_trial, step_path, tune_folder
+    from .tune.steps import decide
 
     tuned = read_record(args.plan, Plan)
     settings = Settings.from_dict(json.loads(args.settings_json))
@@ -29,7 +29,7 @@ def _step(args) -> None:
 
     def refused(name: str, params: dict) -> str | None:
         try:
-            plan_rung(tuned, int(name.rsplit("-t", 1)[1]), rung_epochs(tuned)[0], settings, results)
+            plan_rung(tuned, parse_trial(name)[1], ladder(tuned.config)[0], settings, results)
         except ConfigError as e:
             return str(e)
         return None
@@ -52,6 +52,8 @@ def report_names(results: str | Path, names: list[str]) -> list[str]:
     of its trials trained, a row per trial."""
     import csv
 
+    from .search_space import rung_name
+
     out = []
     for name in names:
         table = Path(results) / name / "tune.csv"
@@ -59,14 +61,15 @@ def report_names(results: str | Path, names: list[str]) -> list[str]:
             out.append(name)
             continue
         with open(table) as f:
-            out += [f"{row['run']}-e{row['epochs']}" for row in csv.DictReader(f) if row["run"] and int(row["epochs"])]
+            out += [rung_name(row["run"], row["epochs"]) for row in csv.DictReader(f)
+                    if row["run"] and int(row["epochs"])]
     return out
 
 
 def status_names(plans: dict, results: str | Path = "results") -> tuple[list[str], list[str]]:
     """(the names `airetrain status` shows: a tuned run's trials by the newest rung each has begun, every other
     run by its own name; a line per tuned run on its search: trials done, pruned and running, the best so far)."""
-    from .search_space import rung_name, trial_file
+    from .search_space import parse_rung, rung_name
     from .tune.table import rows, summary
 
     names, lines = [], []
@@ -76,8 +79,8 @@ def status_names(plans: dict, results: str | Path = "results") -> tuple[list[str
             continue
         table = rows(plan, results)
         for row in table:
-            begun = [e for e in (int(p.name.rsplit("-e", 1)[1]) for p in Path(results).glob(f"{row['run']}-e*"))]
-            if begun and trial_file(name, row["trial"], results).exists():
+            begun = [parse_rung(p.name, {name}) for p in Path(results).glob(f"{row['run']}-e*")]
+            if begun := [rung[2] for rung in begun if rung]:
                 names.append(rung_name(row["run"], max(begun)))
         states = [row["state"].split(" ")[0] for row in table]
         best = summary(table, plan, results)["best"] if table else None

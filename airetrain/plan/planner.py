@@ -25,7 +25,7 @@ from ..quota import dataset_size
 from ..records import Minutes, Plan, PlanRoots, RecordError, read_record
 from ..roots import Root, durable_root, run_dir
 from ..run_config import RunConfig, Settings
-from ..search_space import parse_rung, rungs, trial_config, trial_file, trial_name
+from ..search_space import parse_rung, rung_name, trial_config, trial_file, trial_name
 from . import config as cfg, layout, refusals, sweep, tune
 from .request import slurm_request, torchrun_args
 from .rightsize import measured_requests
@@ -292,8 +292,5 @@ def plan_rung(tuned: Plan, number: int, epochs: int, settings: Settings, results
     run = RunConfig.from_dict(trial_config(tuned.config.to_dict(), params, epochs), name)
     scratch = Root(Path(tuned.roots.scratch), tuned.roots.scratch_source)
     plan = plan_run(name, run, settings, scratch)
-    return plan.replace(results_dir=Path(results) / f"{name}-e{epochs}", group=name, sweep=params)
+    return plan.replace(results_dir=Path(results) / rung_name(name, epochs), group=name, sweep=params)
 
-
-def rung_epochs(tuned: Plan) -> list[int]:
-    return rungs(tuned.config.train.epochs, tuned.config.tune.halving)

@@ -11,7 +11,7 @@ import jsonschema
 from ..errors import ConfigError
 from ..run_config import RunConfig, Settings
 from ..schema import load_schema
-from ..search_space import RUNG, TRIAL, default_parallel, parameters
+from ..search_space import RUNG, TRIAL, parameters, slots
 from ..text import did_you_mean
 from . import sweep
 
@@ -48,7 +48,7 @@ def refusals(name: str, run: RunConfig, settings: Settings, problems: list[str])
         if why:
             problems.append(f"{where} and {key}: a search tunes the built-in trainer's runs; remove one of them")
     site = settings.site
-    parallel = tune.parallel or default_parallel(tune.trials, run.gpus, site.max_gpus_per_user)
+    parallel = slots(run, site.max_gpus_per_user)
     if run.gpus and parallel * run.gpus > site.max_gpus_per_user:
         problems.append(f"{where}.parallel = {parallel} trials x {run.gpus} GPUs = {parallel * run.gpus} GPUs, over "
                         f"site.max_gpus_per_user = {site.max_gpus_per_user}: at most "

@@ -21,12 +21,9 @@ from pathlib import Path
 from ..direction import direction
 from ..fsutil import read_json, write_json_atomic
 from ..records import Plan
-from ..search_space import parameters, rung_name, rungs, suggest, trial_file, trial_name, tune_folder
+from ..search_space import (ladder, parameters, parse_trial, rung_name, step_path, suggest, trial_file, trial_name,
+                            tune_folder)
 from .study import open_study
-
-
-def step_path(folder: Path, slot: int, index: int) -> Path:
-    return folder / f"slot{slot}" / f"step{index}.json"
 
 
 def metric_of(tuned: Plan) -> tuple[str, str]:
@@ -43,15 +40,15 @@ def decide(tuned: Plan, slot: int, index: int, results: str | Path = "results", 
 
     folder = tune_folder(tuned.run, results)
     metric, mode = metric_of(tuned)
-    ladder = rungs(tuned.config.train.epochs, tuned.config.tune.halving)
+    rungs = ladder(tuned.config)
     key = f"step {slot} {index}"
     with open_study(folder, tuned.config.tune, mode) as study:
         decision = study.user_attrs.get(key)   # a step taken again (Snakemake reran it) decides what it decided
         if decision is None and index > 0:
             previous = read_json(step_path(folder, slot, index - 1))
-            decision = _tell(optuna, study, previous, Path(results), metric, ladder)
+            decision = _tell(optuna, study, previous, Path(results), metric, rungs)
         if decision is None:
-            decision = _ask(optuna, study, tuned, slot, index, results, ladder, refused)
+            decision = _ask(optuna, study, tuned, slot, index, results, rungs, refused)
         if not decision.get("done"):   # a slot found done goes on if the config asks for more trials
             study.set_user_attr(key, decision)
     write_json_atomic(step_path(folder, slot, index), decision)
@@ -75,18 +72,18 @@ def evaluations(folder: Path, metric: str, after: int, upto: int) -> tuple[list[
     return out, bool(stopped)
 
 
-def _tell(optuna, study, previous: dict, results: Path, metric: str, ladder: list[int]) -> dict | None:
+def _tell(optuna, study, previous: dict, results: Path, metric: str, rungs: list[int]) -> dict | None:
     """Report the rung the previous step trained; the next rung of the same trial, or None (it ended)."""
     number, epochs = previous["number"], previous["epochs"]
     frozen = study.trials[number]
     if frozen.state.is_finished():
         return None
-    start = ladder[previous["rung"] - 1] if previous["rung"] else 0
+    start = rungs[previous["rung"] - 1] if previous["rung"] else 0
     values, stopped = evaluations(results / rung_name(previous["trial"], epochs), metric, start, epochs)
     if not values:   # no evaluation in the rung's epochs: failed, with the reason in the table
         frozen_error = (f"no {metric} after {start} and up to {epochs} epochs in {rung_name(previous['trial'], epochs)}"
                         "/metrics.jsonl (a checkpoint already past them, of an earlier study with the same parameters, "
-                        f"resumes there: airetrain restart {tuned_name(previous['trial'])} starts the search anew)")
+                        f"resumes there: airetrain restart {parse_trial(previous['trial'])[0]} starts the search anew)")
         optuna.trial.Trial(study, frozen._trial_id).set_user_attr("error", frozen_error)
         study.tell(number, state=optuna.trial.TrialState.FAIL)
         return None
@@ -97,18 +94,14 @@ def _tell(optuna, study, previous: dict, results: Path, metric: str, ladder: lis
             trial.set_user_attr("pruned_at_epochs", at)
             study.tell(number, state=optuna.trial.TrialState.PRUNED)
             return None
-    if stopped or epochs >= ladder[-1]:
+    if stopped or epochs >= rungs[-1]:
         study.tell(number, values[-1][1])
         return None
     rung = previous["rung"] + 1
-    return {"trial": previous["trial"], "number": number, "rung": rung, "epochs": ladder[rung]}
+    return {"trial": previous["trial"], "number": number, "rung": rung, "epochs": rungs[rung]}
 
 
-def tuned_name(trial: str) -> str:
-    return trial.rsplit("-t", 1)[0]
-
-
-def _ask(optuna, study, tuned: Plan, slot: int, index: int, results, ladder: list[int], refused) -> dict:
+def _ask(optuna, study, tuned: Plan, slot: int, index: int, results, rungs: list[int], refused) -> dict:
     """A new trial for this step (the one asked for it before a crash, if any), or {done: true}."""
     tune = tuned.config.tune
     params = parameters({key: tune.space[key] for key in tuned.tune_keys}, f"runs.{tuned.run}.tune")
@@ -116,7 +109,7 @@ def _ask(optuna, study, tuned: Plan, slot: int, index: int, results, ladder: lis
         for frozen in study.trials:
             if frozen.user_attrs.get("slot") == slot and frozen.user_attrs.get("step") == index \
                     and not frozen.state.is_finished():
-                return _first_rung(tuned.run, frozen.number, ladder)
+                return _first_rung(tuned.run, frozen.number, rungs)
         if len(study.trials) >= tune.trials:
             return {"done": True}
         trial = study.ask()
@@ -128,13 +121,13 @@ def _ask(optuna, study, tuned: Plan, slot: int, index: int, results, ladder: lis
                           {"number": trial.number, "run": name, "params": values})
         problem = refused(name, values) if refused else None
         if problem is None:
-            return _first_rung(tuned.run, trial.number, ladder)
+            return _first_rung(tuned.run, trial.number, rungs)
         trial.set_user_attr("error", problem)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
 
-def _first_rung(tune: str, number: int, ladder: list[int]) -> dict:
-    return {"trial": trial_name(tune, number), "number": number, "rung": 0, "epochs": ladder[0]}
+def _first_rung(tune: str, number: int, rungs: list[int]) -> dict:
+    return {"trial": trial_name(tune, number), "number": number, "rung": 0, "epochs": rungs[0]}
 
 
 def chain(folder: Path, slot: int) -> list[dict]:

@@ -17,7 +17,7 @@ import yaml
 
 from ..fsutil import copy_atomic, read_json, write_json_atomic
 from ..records import Plan
-from ..search_space import rung_name, rungs, set_dotted, tune_folder
+from ..search_space import ladder, rung_name, set_dotted, tune_folder
 from ..text import markdown_table
 from .steps import metric_of
 from .study import exists, open_study
@@ -31,7 +31,7 @@ def rows(tuned: Plan, results: str | Path = "results") -> list[dict]:
     folder = tune_folder(tuned.run, results)
     if not exists(folder):
         return []
-    ladder = rungs(tuned.config.train.epochs, tuned.config.tune.halving)
+    rungs = ladder(tuned.config)
     with open_study(folder, tuned.config.tune, metric_of(tuned)[1], write=False) as study:
         trials = study.trials
     out = []
@@ -42,19 +42,19 @@ def rows(tuned: Plan, results: str | Path = "results") -> list[dict]:
                "epochs": epochs, "value": t.value if t.value is not None else values.get(epochs),
                "run": t.user_attrs.get("run")}
         if row["state"] == "pruned":
-            row["state"] = f"pruned at rung {sum(1 for e in ladder if e <= epochs) - 1}"
-        row.update({f"at_{e}_epochs": values.get(e) for e in ladder})
-        row["device_hours"] = _hours(Path(results), row["run"], ladder, tuned)
+            row["state"] = f"pruned at rung {sum(1 for e in rungs if e <= epochs) - 1}"
+        row.update({f"at_{e}_epochs": values.get(e) for e in rungs})
+        row["device_hours"] = _hours(Path(results), row["run"], rungs, tuned)
         row["error"] = t.user_attrs.get("error")
         out.append(row)
     return out
 
 
-def _hours(results: Path, run: str | None, ladder: list[int], tuned: Plan) -> float:
+def _hours(results: Path, run: str | None, rungs: list[int], tuned: Plan) -> float:
     """The trial's train steps' wall hours x the devices each held (GPUs; ranks on CPU), from Snakemake's
     benchmark of each rung's train step."""
     devices, hours = tuned.gpus or tuned.world_size, 0.0
-    for epochs in ladder if run else []:
+    for epochs in rungs if run else []:
         bench = results / rung_name(run, epochs) / "benchmarks" / "train.tsv"
         if bench.exists():
             hours += float(pd.read_csv(bench, sep="\t")["s"].iloc[-1]) / 3600 * devices
@@ -94,9 +94,9 @@ def _importances(tuned: Plan, results, complete: int) -> dict | None:
 
 
 def markdown(table: list[dict], about: dict, tuned: Plan) -> str:
-    ladder = rungs(tuned.config.train.epochs, tuned.config.tune.halving)
+    rungs = ladder(tuned.config)
     keys = tuned.tune_keys
-    columns = ["trial", *keys, "state", "epochs", "value", *(f"at_{e}_epochs" for e in ladder), "device_hours", "run"]
+    columns = ["trial", *keys, "state", "epochs", "value", *(f"at_{e}_epochs" for e in rungs), "device_hours", "run"]
     best, lines = about["best"], [f"# Tune {tuned.run}", ""]
     if best:
         lines += [f"Best: trial {best['trial']} ({best['run']}), {about['metric']} = {best['value']:.6g} "

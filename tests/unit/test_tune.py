@@ -7,8 +7,8 @@ import pytest
 
 from airetrain.errors import ConfigError
 from airetrain.plan.planner import plan_all, plan_rung
-from airetrain.search_space import parameters, rungs, trial_file
-from airetrain.tune.steps import chain, decide, step_path, tune_folder
+from airetrain.search_space import parameters, rungs, step_path, trial_file, tune_folder
+from airetrain.tune.steps import chain, decide
 from airetrain.tuning import report_names
 
 SPACE = {"optim.lr": {"loguniform": [1.0e-4, 1.0e-1]}, "model.width": {"choice": [8, 16]}}

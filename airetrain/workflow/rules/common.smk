@@ -22,7 +22,7 @@ from airetrain.plan.interpreter import rule_python
 from airetrain.plan.planner import datasets_to_prepare, plan_workflow
 from airetrain.plan.overview import format_table
 from airetrain.profiles import account_problem, unquoted
-from airetrain.search_space import default_parallel
+from airetrain.search_space import rung_name, slots, step_path, tune_folder
 from airetrain.typed import to_dict
 from airetrain.workflow import TRAIN_SCRIPT
 
@@ -104,17 +104,14 @@ def minutes(step):
 
 # A tuned run's search (rules/tune.smk): its slots, and the chain of each slot's steps.
 def tune_parallel(tune):
-    plan = PLANS[tune]
-    return plan.config.tune.parallel or default_parallel(
-        plan.config.tune.trials, plan.gpus, PLANS.settings.site.max_gpus_per_user
-    )
+    return slots(PLANS[tune].config, PLANS.settings.site.max_gpus_per_user)
 
 
 def step_decision(tune, slot, step):
     """The decision of a slot's step. A step decided is read as any file (a step taken again decides the same:
     tune/steps.py); only the first one not decided yet is Snakemake's checkpoint to wait on. Registering
     every step of every chain as a checkpoint makes each DAG update walk them all again."""
-    path = f"results/{tune}/tune/slot{slot}/step{step}.json"
+    path = str(step_path(tune_folder(tune), slot, step))
     if not os.path.exists(path):
         path = checkpoints.tune_step.get(tune=tune, slot=slot, step=step).output[0]
     with open(path) as f:
@@ -127,7 +124,7 @@ def previous_rung(wildcards):
     if step == 0:
         return []
     decision = step_decision(wildcards.tune, wildcards.slot, step - 1)
-    return [] if decision.get("done") else run_paths(f"{decision['trial']}-e{decision['epochs']}")["checkpoint"]
+    return [] if decision.get("done") else run_paths(rung_name(decision["trial"], decision["epochs"]))["checkpoint"]
 
 
 def slot_steps(wildcards):
@@ -136,7 +133,7 @@ def slot_steps(wildcards):
     files, step = [], 0
     while True:
         decision = step_decision(wildcards.tune, wildcards.slot, step)
-        files.append(f"results/{wildcards.tune}/tune/slot{wildcards.slot}/step{step}.json")
+        files.append(str(step_path(tune_folder(wildcards.tune), wildcards.slot, step)))
         if decision.get("done"):
             return files
         step += 1
