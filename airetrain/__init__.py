@@ -5,6 +5,7 @@ One subpackage per stage of the workflow's DAG, above shared modules that every 
 maps its modules):
 
     plan/            planning at parse time and in the plan step: config, sweeps, layouts, refusals
+    health/          every node checked before staging, and the sick ones left out (ExcNodeList)
     stage/           the dataset written and staged onto the fast root
     train/           training under torchrun, its launch, and script mode
     checkpoint/      checkpoints saved, promoted to scratch and resumed
@@ -22,6 +23,7 @@ The commands (they may import anything):
     hf               airetrain.hf: the same contract as one Hugging Face Trainer callback
     tuning           the search's steps as commands (`airetrain tune-step`, `tune-table`)
     site_command     `airetrain site`: the site's facts read from SLURM
+    health_command   `airetrain health`: the node check, the first step of a run's job
     doctor           `airetrain doctor`: what this environment can run
     __main__         `python -m airetrain`
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .fsutil import NoSpaceError
-from . import site_command, tuning
+from . import health_command, site_command, tuning
 from .resolve import resolve_plan
 
 
@@ -383,6 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tuning.add_parsers(sub)
     site_command.add_parsers(sub)
+    health_command.add_parsers(sub)
     return parser
 
 

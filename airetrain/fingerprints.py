@@ -11,7 +11,8 @@ from .run_config import RunConfig
 # Keys that do not change what is computed: a run whose config differs only in these resumes.
 # (epochs is one: raising it continues training from the newest checkpoint; early_stop another: it
 # only decides where training ends.)
-_NOT_FINGERPRINTED = {"time_min", "slurm", "checkpoint", "cpus_per_rank", "mem_gb_per_rank", "code", "tracking"}
+_NOT_FINGERPRINTED = {"time_min", "slurm", "checkpoint", "cpus_per_rank", "mem_gb_per_rank", "code", "tracking",
+                      "health"}
 _NOT_FINGERPRINTED_NESTED = {("data", "workers"), ("data", "verify_sha256"), ("train", "log_every_steps"),
                              ("train", "epochs"), ("train", "early_stop")}
 

@@ -139,6 +139,15 @@ class StageRecord(TypedDict):
     nodes: Doc[Optional[dict], "per host, its own stage record, when node-local storage was staged on each node"]
 
 
+class HealthRecord(TypedDict):
+    """results/<run>/health.json: the check of every node before staging, written when every node passed."""
+    preflight: Doc[bool, "whether the check ran (health.preflight)"]
+    slurm_job_id: Doc[Optional[str], "the job it checked (none outside SLURM)"]
+    seconds: Doc[float, "wall seconds of the check, every node's task included"]
+    nodes: Doc[dict, "per host: ok, seconds, problems (check, reason) and the node's network interfaces"]
+    left_out: Doc[dict, "nodes the run's earlier jobs left out, and why (<scratch>/airetrain/<run>/health.jsonl)"]
+
+
 class TrainRecord(TypedDict):
     """results/<run>/train.json: what the trainer did and measured, written by rank 0 at the end."""
     run: Doc[str, "run name"]
@@ -217,6 +226,12 @@ class TrainRecord(TypedDict):
     checkpoint_writer_reason: Doc[str, "why: checkpoint.writer or .async, or what auto found (free cores, a GPU)"]
     checkpoint_stall_s_mean: Doc[Optional[float], "seconds training waited per save"]
     checkpoint_final_wait_s: Doc[float, "the last save's background tail, outside train_seconds"]
+    health: NotRequired[Doc[dict, "slow or sick nodes: preflight_s (the node check's seconds, none where it did not "
+                                  "run), allreduce_gbps (the links' all-reduce bus bandwidth over every rank; "
+                                  "allreduce_mb, allreduce_s, allreduce_floor_gbps, allreduce_below_floor; absent for "
+                                  "one rank), rank_step_s (each rank's median compute seconds per step over the log "
+                                  "intervals), rank_hosts (each rank's host) and stragglers (rank, host, ratio to the "
+                                  "median, the step it was named at)"]]
     tracking: NotRequired[Doc[dict, "each tracker the run logs to (wandb, mlflow): its run's ids (W&B id, project, "
                                     "mode; MLflow run_id, experiment, url), and this session's figures logged, skipped "
                                     "(the tracker held them already: a resumed session's repeat) and lost, with "
@@ -225,11 +240,12 @@ class TrainRecord(TypedDict):
 
 class StopRecord(TypedDict):
     """results/<run>/STOPPED: present while a run that stopped early (deadline, SIGTERM) waits to resume."""
-    reason: Doc[str, "deadline or signal"]
+    reason: Doc[str, "deadline, signal, or straggler (health.exclude_stragglers)"]
     step: Doc[int, "the step the run stopped after"]
     of_steps: Doc[int, "the run's total steps"]
     checkpoint: Doc[dict, "the durable checkpoint it resumes from"]
     time: Doc[float, "when it stopped (Unix time)"]
+    exclude: NotRequired[Doc[dict, "a straggler's stop: {node: why}, the nodes the requeued job leaves out"]]
 
 
 class CheckpointRecord(TypedDict):
@@ -273,7 +289,7 @@ class RunRecord(TypedDict):
                                     "sent): ended, and the error where it could not be"]]
 
 
-RECORDS = {"plan.json": Plan, "stage.json": StageRecord, "train.json": TrainRecord,
+RECORDS = {"plan.json": Plan, "health.json": HealthRecord, "stage.json": StageRecord, "train.json": TrainRecord,
            "checkpoint.json": CheckpointRecord, "run.json": RunRecord, STOPPED: StopRecord}
 
 

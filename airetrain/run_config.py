@@ -60,6 +60,7 @@ class Site(_Record):
     fast_root_max_gb: float
     compute_nodes_online: bool
     energy: Energy
+    allreduce_floor_gbps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,15 @@ class Checkpoint(_Record):
 
 
 @dataclass(frozen=True)
+class Health(_Record):
+    preflight: bool
+    straggler_ratio: float
+    straggler_intervals: int
+    exclude_stragglers: bool
+    allreduce_floor_gbps: float | None   # None in the config: the site's (the plan fills it in)
+
+
+@dataclass(frozen=True)
 class Code(_Record):
     max_mb: float
 
@@ -274,6 +284,7 @@ class RunConfig(_Record):
     optim: Optim
     train: Train
     checkpoint: Checkpoint
+    health: Health
     code: Code
     slurm: Slurm
     tracking: Tracking

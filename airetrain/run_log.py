@@ -80,6 +80,42 @@ def stops(run_dir: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+HEALTH = "health.jsonl"
+
+
+def record_health(run_dir: str | Path, job_id: str | None, node: str, kind: str, reason: str, action: str,
+                  step: int | None = None) -> None:
+    """Append a node found sick (kind: the check that failed, or straggler) and what followed (excluded, the
+    run failed, named only) to the durable run directory, where every later job of the run reads it.
+    step: where training was when a straggler was named."""
+    path = Path(run_dir) / HEALTH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps({"slurm_job_id": job_id, "node": node, "kind": kind, "reason": reason, "action": action,
+                            "step": step, "time": time.time()}) + "\n")
+
+
+def health_events(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / HEALTH
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def straggler_text(straggler: dict) -> str:
+    """How the log, `airetrain status` and the report name a straggler."""
+    return f"straggler: rank {straggler['rank']} on {straggler['host']}, {straggler['ratio']:.1f}× the median step"
+
+
+def left_out(run_dir: str | Path) -> dict[str, str]:
+    """{node: why} of the nodes the run's jobs left out (the newest reason of each)."""
+    try:
+        events = health_events(run_dir)
+    except ValueError:   # a line being written this instant
+        return {}
+    # a straggler's reason names itself ("straggler: rank 4 on ..."); a check's is prefixed with the check
+    return {e["node"]: e["reason"] if e["reason"].startswith(e["kind"]) else f"{e['kind']}: {e['reason']}"
+            for e in events if e["action"] == "excluded"}
+
+
 LAUNCH_ID = "AIRETRAIN_LAUNCH_ID"   # set by the launch for its ranks: the watchdog counts hangs per launch
 LOCK = "trainer.lock"               # in the durable run directory: who trains the run (train/launcher/lock.py)
 

@@ -60,3 +60,90 @@ def job_alive(job_id: str) -> bool | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return proc.returncode == 0 and bool(proc.stdout.strip())   # a job gone from squeue is refused or empty
+
+
+def job_fields(job_id: str) -> dict[str, str]:
+    """`scontrol show job`'s Key=Value fields of a job (NodeList, ExcNodeList, Partition, Restarts);
+    {} where scontrol cannot answer."""
+    try:
+        out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return dict(re.findall(r"(\w+)=(\S*)", out))
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """A SLURM node list (labgpu[1-3]) as its host names; [] for none or where scontrol cannot say."""
+    if not nodelist or nodelist == "(null)":
+        return []
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return out.split()
+
+
+def usable_nodes(partition: str) -> list[str]:
+    """The partition's nodes SLURM may allocate: not down, drained, failing or in maintenance."""
+    try:
+        out = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N %t"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    unusable = ("down", "drain", "drng", "fail", "maint", "boot", "futr", "npc", "inval")
+    return sorted({node for node, state in (line.split() for line in out.splitlines() if len(line.split()) == 2)
+                   if not state.rstrip("*~#!%$@^-").startswith(unusable)})
+
+
+def nodes_left(job_id: str, leaving: list[str], partition: str) -> tuple[list[str], str]:
+    """The nodes this job could still run on without `leaving` and its ExcNodeList: its partition's usable
+    nodes less those; and the partition's name (scontrol's, else `partition`)."""
+    fields = job_fields(job_id)
+    partition = fields.get("Partition") or partition
+    excluded = set(hostnames(fields.get("ExcNodeList", ""))) | set(leaving)
+    return [node for node in usable_nodes(partition) if node not in excluded], partition
+
+
+def requeue_without(job_id: str, nodes: list[str]) -> tuple[bool, str]:
+    """From inside the job: requeue it so that it never runs on `nodes` again, from a job step of its own
+    (requeue_excluding, `airetrain requeue-excluding`). Returns only where SLURM refused: (False, why); a
+    requeued job ends this process with the rest of the job.
+
+    Why a step: the requeue ends the batch step's processes (Snakemake exits on SIGTERM, and the
+    processes left are killed with it), while another step's tasks get SIGTERM, which this one
+    ignores, and SLURM's KillWait before SIGKILL: time for the release that must follow."""
+    argv = ["srun", f"--jobid={job_id}", "--nodes=1", "--ntasks=1", "--cpus-per-task=1", "--overlap",
+            sys.executable, "-m", "airetrain", "requeue-excluding", "--job", job_id, "--nodes", ",".join(nodes)]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        return False, f"srun: {e}"
+    said = (proc.stdout + proc.stderr).strip().splitlines()
+    return proc.returncode == 0, said[-1] if said else f"exit {proc.returncode}"
+
+
+def requeue_excluding(job_id: str, nodes: list[str]) -> tuple[bool, str]:
+    """Requeue the running job so that it never runs on `nodes` again: (requeued, what SLURM said).
+
+    SLURM refuses ExcNodeList on a running job, so the job is requeued held, its ExcNodeList grown
+    while it is pending, and released. The list is the job's own, kept across every later requeue.
+    Run it in a step of its own that ignores SIGTERM (requeue_without): the requeue ends the job's
+    processes, and the release must still come."""
+    excluded = sorted({*hostnames(job_fields(job_id).get("ExcNodeList", "")), *nodes})
+
+    def scontrol(*argv: str) -> str | None:
+        try:
+            proc = subprocess.run(["scontrol", *argv], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as e:
+            return str(e)
+        return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
+
+    if refused := scontrol("requeuehold", job_id):
+        return False, f"scontrol requeuehold {job_id}: {refused}"
+    refused = scontrol("update", f"JobId={job_id}", f"ExcNodeList={','.join(excluded)}")
+    released = scontrol("release", job_id)   # never leave the job held, whatever the update did
+    said = f"requeued job {job_id} excluding {','.join(excluded)}" if not refused else \
+        f"requeued job {job_id}, but SLURM refused its ExcNodeList ({refused})"
+    return True, said + (f"; scontrol release: {released}" if released else "")

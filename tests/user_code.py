@@ -166,6 +166,26 @@ def paced(meta, cfg):
     return model
 
 
+def slow_on(meta, cfg):
+    """The built-in small_cnn, with each training forward pass $SLOW_S seconds slower on the node $SLOW_NODE
+    names: a straggler there (its GPU throttled, say)."""
+    import socket
+
+    from airetrain.train.models import build_model
+
+    model = build_model({**cfg, "name": "small_cnn"}, meta)
+    plain = model.forward
+    slow = socket.gethostname() == os.environ.get("SLOW_NODE")
+
+    def forward(x):
+        if model.training and slow:
+            time.sleep(float(os.environ.get("SLOW_S", "1")))
+        return plain(x)
+
+    model.forward = forward
+    return model
+
+
 def block_forever():
     threading.Event().wait()
 

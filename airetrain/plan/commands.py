@@ -10,6 +10,7 @@ import shlex
 STEPS = {
     "resolve": ("resolve", "--plan-json", "{plan_json}", "--out", "{out}"),
     "prepare": ("prepare", "--dataset", "{name}", "{dataset}"),
+    "health": ("health", "--plan", "{plan}", "--out", "{out}"),
     "stage": ("stage", "--plan", "{plan}", "--out", "{out}"),
     "launch": ("launch", "--plan", "{plan}", "--stage", "{stage}", "--out", "{out}", "--script", "{script}"),
     "promote": ("promote", "--plan", "{plan}", "--train", "{train}", "--out", "{out}", "--record", "{record}",
@@ -34,5 +35,6 @@ def command(step: str, *extra: str, python: str = "python", **values) -> str:
 def run_paths(run: str, results: str = "results") -> dict[str, str]:
     """The files of a run's steps: what the rules declare, and what the batch script writes."""
     out = f"{results}/{run}"
-    return {"out": out, "plan": f"{out}/plan.json", "stage": f"{out}/stage.json", "train": f"{out}/train.json",
-            "metrics": f"{out}/metrics.jsonl", "checkpoint": f"{out}/checkpoint.json", "record": f"{out}/run.json"}
+    return {"out": out, "plan": f"{out}/plan.json", "health": f"{out}/health.json", "stage": f"{out}/stage.json",
+            "train": f"{out}/train.json", "metrics": f"{out}/metrics.jsonl", "checkpoint": f"{out}/checkpoint.json",
+            "record": f"{out}/run.json"}

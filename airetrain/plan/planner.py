@@ -82,9 +82,12 @@ def plan_run(name: str, run: RunConfig, settings: Settings, scratch: Root, env=N
 
 def site_filled(run: RunConfig, site) -> RunConfig:
     """The run with what its config leaves to the site filled in: memory_budget_gb, the site GPU's from the GPU
-    table (None: not known). The same in every parse, so a run's plan and fingerprint stay the same."""
+    table (None: not known), and the links' all-reduce floor. The same in every parse, so a run's plan and
+    fingerprint stay the same."""
     if run.memory_budget_gb is None:
         run = run.replace(memory_budget_gb=memory_budget_gb(site.gpu_type))
+    if run.health.allreduce_floor_gbps is None and site.allreduce_floor_gbps is not None:
+        run = run.replace(health=run.health.replace(allreduce_floor_gbps=site.allreduce_floor_gbps))
     return run
 
 

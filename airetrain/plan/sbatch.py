@@ -47,6 +47,8 @@ def script(plan: Plan, workdir: str | Path, repo: str | Path) -> str:
         lines += script_lines(plan, workdir)
     for dataset, name in datasets_to_prepare({run: plan}).items():
         lines.append(f"[ -d {q(dataset)} ] || {command('prepare', name=name, dataset=dataset)}")
+    if plan.config.health.preflight:   # every node checked first; one that fails is left out on a requeue
+        lines.append(command("health", plan=paths["plan"], out=paths["health"]))
     lines += [
         command("stage", plan=paths["plan"], out=paths["stage"]),
         command("launch", plan=paths["plan"], stage=paths["stage"], out=paths["out"],

@@ -10,6 +10,7 @@ Sources, per run directory results/<run>/:
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ from .. import sizing
 from ..fsutil import read_json
 from ..history import entry, of_profile
 from ..records import STOPPED, Plan, read_plan
-from ..run_log import hangs
+from ..run_log import hangs, left_out, straggler_text
 from .jobs import Job, lookup, parse
 from .query import UNAVAILABLE, AccountingUnavailable, query
 from .seff import seff_check
@@ -75,6 +76,10 @@ COLUMNS = {
     "stopped_early": "the step where early stopping (train.early_stop) ended training; empty: it trained to the end",
     "requeues": "times SLURM requeued the job",
     "hangs": "hangs the watchdog caught (each one's stacks: <scratch>/airetrain/<run>/hangs/)",
+    "health": ("nodes the run's jobs left out and why (the node check before staging, or a straggler), and the "
+               "stragglers named: `straggler: rank 4 on labgpu2, 1.4× the median step`"),
+    "step_spread": "the slowest rank's median compute time per step / the median rank's (1: even; train.json)",
+    "allreduce_gbps": "the links' all-reduce bus bandwidth over every rank, GB/s, measured as training started",
     "seff_check": "where seff is installed, for the first 10 jobs: 'agrees' (within 0.1 point) or what differs",
     "source": "where elapsed, cpu_eff and memory come from: sacct, or benchmark (Snakemake's, local runs)",
     "learned_from": "resources: measured: the finished jobs whose measurements set this run's requests",
@@ -160,6 +165,7 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
     row.update(_stage_figures(run_dir, row.get("elapsed_s")))
     if plan:
         row["hangs"] = len(hangs(plan.durable_dir))
+        row.update(health_figures(plan, train))
     if plan and plan.right_sized:
         row["learned_from"] = plan.right_sized["from"]
         row["right_sizing"] = learned(plan, row, plan.roots.scratch)
@@ -189,6 +195,16 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
                                 for name, t in (train.get("tracking") or {}).items() if t.get("lost")} or None
         row["next_request"] = next_request(run_dir, plan, row) if plan else None
     return row
+
+
+def health_figures(plan: Plan, train: dict | None) -> dict:
+    """The nodes left out (the run's health log) and the stragglers named, the ranks' spread and the links."""
+    health = (train or {}).get("health") or {}
+    notes = [f"{node} left out ({why})" for node, why in left_out(plan.durable_dir).items()]
+    notes += [straggler_text(s) for s in health.get("stragglers") or []]
+    steps = [t for t in health.get("rank_step_s") or [] if t]
+    spread = round(max(steps) / statistics.median(steps), 3) if len(steps) > 1 else None
+    return {"health": "; ".join(notes) or None, "step_spread": spread, "allreduce_gbps": health.get("allreduce_gbps")}
 
 
 def next_request(run_dir: Path, plan: Plan, row: dict) -> dict | None:

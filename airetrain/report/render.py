@@ -85,7 +85,7 @@ def _curves_links(df: pd.DataFrame, out_dir: Path, results: str | Path | None) -
 KEY_COLUMNS = {"run": "run", "state": "state", "job_id": "job", "job_state": "SLURM state", "elapsed_s": "elapsed",
                "time_eff": "time eff", "cpus": "cores", "cpu_eff": "CPU eff", "mem_used_mb": "memory used",
                "mem_eff": "mem eff", "gpus": "GPUs", "gpu_util": "GPU busy", "gpu_hours": "GPU-hours",
-               "samples_per_s": "samples/s", "data_wait_frac": "data wait", "hangs": "hangs",
+               "samples_per_s": "samples/s", "data_wait_frac": "data wait", "hangs": "hangs", "health": "health",
                "eval_loss": "eval loss", "eval_accuracy": "accuracy", "best": "best", "best_epoch": "best epoch"}
 GOOD, LOW = 0.7, 0.3   # a share of a request used: at least GOOD is green, under LOW red, amber between
 

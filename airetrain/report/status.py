@@ -22,7 +22,7 @@ from ..fsutil import read_json
 from ..text import clock
 from ..capture import changed
 from ..records import STOPPED, Plan, read_plan
-from ..run_log import LOCK, hangs, sessions
+from ..run_log import LOCK, hangs, left_out, sessions, straggler_text
 from .jobs import lookup
 from .query import UNAVAILABLE, AccountingUnavailable, query
 
@@ -30,7 +30,7 @@ SQUEUE_FORMAT = "%i|%T|%r|%S|%k"
 FAILED = ("FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 EXCEPTION = re.compile(r"(?:^|\]:\s*)((?:[A-Za-z_][\w.]*)?(?:Error|Exception)\b: .+)")
 ERROR_LINE = re.compile(r"Error|Exception|error:|Traceback|Killed|exited with|refused")
-RULES = ("plan", "stage", "train", "promote")   # the rules of a run's group
+RULES = ("plan", "health", "stage", "train", "promote")   # the rules of a run's group
 
 
 ACCOUNTING_WAIT_S = 15   # sacct's answer, at most: a stalled slurmdbd would keep it waiting 45 s and more
@@ -126,7 +126,7 @@ def run_status(name: str, results: Path, logs: Path, queued: dict | None, accoun
         row.update(state="done", eval={k: v for k, v in metrics.items() if v is not None},
                    job_id=train.get("slurm_job_id") or row["job_id"])
         row["detail"] = " ".join(f"{k} {v:.4g}" for k, v in row["eval"].items())
-        return row
+        return _left_out(row, plan)
     if queued and queued.get("state") in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD"):
         row.update(state="pending", job_id=queued["job_id"], reason=queued["reason"], start=queued["start"])
         start = f", expected start {queued['start']}" if queued["start"] not in ("N/A", "") else ""
@@ -156,10 +156,19 @@ def run_status(name: str, results: Path, logs: Path, queued: dict | None, accoun
     if plan and row["state"] != "done" and (edited := changed(plan)):   # it keeps its capture until it finishes
         row["code_changed"] = edited
         row["detail"] = (row["detail"] + " [code changed since this run started]").strip()
+    _left_out(row, plan)
     hung = len(hangs(plan.durable_dir)) if plan else 0
     if hung:
         row["hangs"] = hung
         row["detail"] = (row["detail"] + f" [{hung} hang{'s' if hung > 1 else ''}: see hangs/]").strip()
+    return row
+
+
+def _left_out(row: dict, plan: Plan | None) -> dict:
+    """The nodes the run's jobs left out, and why (the node check, a straggler), added to its row."""
+    if plan and (gone := left_out(plan.durable_dir)):
+        row["left_out"] = gone
+        row["detail"] = (row["detail"] + "".join(f" [left out {node}: {why}]" for node, why in gone.items())).strip()
     return row
 
 
@@ -198,6 +207,9 @@ def _training(row: dict, progress: dict) -> None:
     row["detail"] = (f"step {progress['step']}{of} epoch {progress.get('epoch')} loss {progress.get('loss', 0):.4f} "
                      f"{progress.get('samples_per_s', 0):.0f} samples/s"
                      + (f" ETA {clock(eta)}" if eta is not None else ""))
+    if progress.get("stragglers"):   # ranks slower than the median at the last log line
+        row["stragglers"] = progress["stragglers"]
+        row["detail"] += "".join(f" [{straggler_text(s)}]" for s in progress["stragglers"])
 
 
 def _epoch(text: str) -> float | None:

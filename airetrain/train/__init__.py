@@ -8,6 +8,8 @@
     monitor       the best evaluation so far, and early stopping
     deadline      the deadline stop: the job's end, or SIGTERM
     watchdog      hangs: stacks dumped, the group restarted
+    stragglers    each rank's own compute time, gathered: the slow ranks named, their nodes left out
+    links         the all-reduce bandwidth between the ranks, measured as training starts
     progress      log lines and metrics.jsonl        curves        TensorBoard curves
     summary       train.json                          efficiency    FLOPs, MFU, NVML
     loader        the training data, split across ranks, resumable mid-epoch

@@ -21,7 +21,7 @@ from .. import run_log, slurm
 from ..hardware import NATIVE_BF16_FLAGS, cpu_bf16_native
 from ..checkpoint.manager import Checkpointer
 from ..fsutil import write_json_atomic
-from ..records import STOPPED, Plan, StageRecord, StopRecord, TrainRecord, read_record, write_record
+from ..records import STOPPED, HealthRecord, Plan, StageRecord, StopRecord, TrainRecord, read_record, write_record
 from ..restart import trained_record_path
 from ..tracking import trackers
 from ..tracking.sender import Sender
@@ -35,9 +35,12 @@ from .parallel.wrap import Parallel
 from .progress import Progress
 from .session import Session
 from .step import train_step
+from .links import allreduce_bandwidth
+from .stragglers import Stragglers
 from .watchdog import Off, Watchdog
 
 log = logging.getLogger("airetrain.train")
+STRAGGLER = "straggler"   # a stop to requeue without a straggler's node (health.exclude_stragglers)
 
 
 @dataclass
@@ -59,6 +62,8 @@ class Trainer:
     progress: Progress              # log lines, metrics.jsonl, TensorBoard curves
     watchdog: Watchdog | Off        # hangs: every rank's heartbeat
     gpu: efficiency.GpuSampler      # this rank's GPU use, sampled while it trains
+    stragglers: Stragglers          # each rank's own compute time, gathered at each log line
+    health: dict                    # train.json's health: the node check's seconds, the links' bandwidth
     tracker: Sender | None          # rank 0: W&B and MLflow, sent from a thread (tracking.trackers)
     hosts: list[str]                # every rank's host
     out: Path                       # results/<run>: train.json, metrics.jsonl, STOPPED
@@ -94,8 +99,11 @@ def train(t: Trainer) -> str | None:
         t.progress.new_epoch()
         while s.position.step_in_epoch < per_epoch:
             t0 = time.perf_counter()
-            loss, wait_s, norm = train_step(s, batches, t.progress.logs(s.position.step + 1))
+            loss, wait_s, norm = train_step(s, batches, t.progress.logs(s.position.step + 1), t.stragglers.timer)
             s.position = s.position.stepped()
+            t.stragglers.step_done()
+            if t.progress.logs(s.position.step):   # the ranks' compute times, before the log line that shows them
+                t.stragglers.interval(s.position.step)
             t.progress.step_done(s.position.step, s.position.epoch, loss, wait_s, time.perf_counter() - t0, norm)
             t.watchdog.beat(s.position.step)
             best = t.evaluator.after_step()
@@ -110,7 +118,11 @@ def train(t: Trainer) -> str | None:
                          s.position.step, s.monitor.metric, s.monitor.since, s.monitor.best)
                 t.checkpointer.save(s.trainer_state(), blocking=True)
                 return None
-            t.checkpointer.save_if_due(s.position, per_epoch, s.trainer_state, now=best)
+            saved = t.checkpointer.save_if_due(s.position, per_epoch, s.trainer_state, now=best)
+            if saved and t.stragglers.leave_out and not s.finished:   # every rank sees the same verdict
+                log.warning("stopping after step %d, at this checkpoint, to requeue without %s", s.position.step,
+                            ", ".join(t.stragglers.leave_out))
+                return STRAGGLER
         s.position = s.position.next_epoch()
     return None
 
@@ -162,12 +174,21 @@ def set_up(plan: Plan, staged: StageRecord, out: Path) -> Trainer:
                  d.world_size, s.data.steps_per_epoch, plan.config.train.epochs, b.global_, b.per_device,
                  d.world_size, b.grad_accum, plan.precision)
     gpu = efficiency.GpuSampler(d.device)
+    stragglers = Stragglers(d, plan)
+    health = {"preflight_s": preflight_seconds(out), **(allreduce_bandwidth(d, plan.config.health.allreduce_floor_gbps)
+                                                        or {})}
     # the workflow's folder is the project's; what earlier sessions logged, the trackers may lack
     tracker = trackers.start(plan, Path.cwd(), out / "metrics.jsonl", s.position.step, ckpt.fingerprint) \
         if d.is_main else None
-    progress = progress_of(s, gpu, out, tracker)
+    progress = progress_of(s, gpu, stragglers, out, tracker)
     return Trainer(s, ckpt, Stopper(d.is_main, 60 * plan.config.checkpoint.stop_margin_min),
-                   Evaluator(s, progress, hang.beat), progress, hang, gpu, tracker, hosts, out)
+                   Evaluator(s, progress, hang.beat), progress, hang, gpu, stragglers, health, tracker, hosts, out)
+
+
+def preflight_seconds(out: Path) -> float | None:
+    """The node check's seconds, from health.json beside train.json (None: it did not run)."""
+    path = out / "health.json"
+    return read_record(path, HealthRecord)["seconds"] if path.exists() else None
 
 
 def init_source(plan: Plan, d: Dist) -> tuple[Path, str] | None:
@@ -184,12 +205,14 @@ def init_source(plan: Plan, d: Dist) -> tuple[Path, str] | None:
     return path, found[0]
 
 
-def progress_of(s: Session, gpu: efficiency.GpuSampler, out: Path, tracker: Sender | None) -> Progress:
+def progress_of(s: Session, gpu: efficiency.GpuSampler, stragglers: Stragglers, out: Path,
+                tracker: Sender | None) -> Progress:
     """This session's log lines, metrics.jsonl and (rank 0) TensorBoard curves and trackers."""
     curves = Curves(out / "tensorboard", s.position.step) if s.d.is_main and s.plan.config.train.tensorboard \
         else None
     return Progress(s.d, s.plan, s.total_steps, out / "metrics.jsonl", curves,
-                    lambda: {"lr": s.optimizer.param_groups[0]["lr"], **gpu.latest()}, start_step=s.position.step,
+                    lambda: {"lr": s.optimizer.param_groups[0]["lr"], **gpu.latest(), **stragglers.line()},
+                    start_step=s.position.step,
                     tracker=tracker)
 
 
@@ -206,18 +229,21 @@ def finish(t: Trainer, stopped: str | None) -> None:
         if t.tracker:
             log.info("tracking until the stop: %s", trackers.closed(t.tracker))
         if d.is_main:
+            leave_out = {"exclude": t.stragglers.leave_out} if stopped == STRAGGLER else {}
             write_record(out / STOPPED, StopRecord, {"reason": stopped, "step": step, "of_steps": s.total_steps,
-                                                    "checkpoint": saved, "time": time.time()})
+                                                    "checkpoint": saved, "time": time.time(), **leave_out})
             log.info("stopped (%s) at step %d of %d; checkpoint %s is durable: the run resumes from it",
                      stopped, step, s.total_steps, saved["path"])
     else:
         gpu_figures = t.gpu.summary()
         evaluation = t.evaluator.final()
         figures = summary.gathered_figures(d, progress, gpu_figures)
+        health = {**t.health, **t.stragglers.summary()}
         tracked = t.tracker and trackers.closed(t.tracker)   # every figure is queued: sent, or counted lost
         if d.is_main:
             record = summary.train_record(s, progress, t.checkpointer, summary.Finish(
-                train_s, final_wait_s, figures, evaluation, t.hosts, t.evaluator.seconds, t.evaluator.count, tracked))
+                train_s, final_wait_s, figures, evaluation, t.hosts, t.evaluator.seconds, t.evaluator.count, tracked,
+                health))
             if kept := summary.already_trained(s.plan, record):
                 log.info("already trained: %s resumed at its last step (%d) and trained nothing; train.json keeps "
                          "its training's figures (airetrain restart %s trains it again from step 0)",

@@ -26,7 +26,8 @@ def grad_norm(parameters, max_norm: float | None) -> torch.Tensor:
     return (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).detach()
 
 
-def train_step(s, batches, norm_wanted: bool = False) -> tuple[torch.Tensor, float, torch.Tensor | None]:
+def train_step(s, batches, norm_wanted: bool = False,
+               timer=nullcontext) -> tuple[torch.Tensor, float, torch.Tensor | None]:
     """Run the step's micro-batches (batch.grad_accum of them) from `batches`, then one optimizer step,
     for the session s (train/session.py); its objective gives the forward pass and the loss.
 
@@ -34,7 +35,8 @@ def train_step(s, batches, norm_wanted: bool = False) -> tuple[torch.Tensor, flo
     reading it would wait for the GPU), the seconds spent waiting for the data loader, and the
     gradients' total norm before clipping: where optim.grad_clip_norm clips, or norm_wanted (a
     step that is logged), else None. Gradients are reduced across ranks once, in the last
-    micro-batch's backward pass, and unscaled (fp16) before they are measured.
+    micro-batch's backward pass, and unscaled (fp16) before they are measured. timer: a context around
+    each forward pass and its loss, this rank's own compute (train/stragglers.py).
     """
     par, device, precision, accum = s.par, s.d.device, s.plan.precision, s.plan.batch.grad_accum
     loss_sum = torch.zeros((), device=device)
@@ -45,7 +47,7 @@ def train_step(s, batches, norm_wanted: bool = False) -> tuple[torch.Tensor, flo
         wait_s += time.perf_counter() - t0
         batch = batch_tools.to_device(batch, device, par.memory_format)
         with par.grad_sync(micro == accum - 1):
-            with autocast(device, precision, par.autocast_needed()):
+            with timer(), autocast(device, precision, par.autocast_needed()):
                 loss = s.objective.loss(s.objective.forward(par.wrapped, batch), batch) / accum
             s.scaler.scale(loss).backward()
         loss_sum += loss.detach()

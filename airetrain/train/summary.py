@@ -65,6 +65,7 @@ class Finish:
     eval_s: float = 0.0          # seconds of this session's evaluations, outside train_s
     evaluations: int = 0         # evaluations this session made
     tracking: dict | None = None  # each tracker's run ids and figures logged, skipped and lost (tracking.trackers)
+    health: dict | None = None   # the node check's seconds, the links' bandwidth, each rank's step time, stragglers
 
 
 def already_trained(plan, record: TrainRecord) -> TrainRecord | None:
@@ -146,4 +147,5 @@ def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end:
         checkpoint_stall_s_mean=round(sum(stalls) / len(stalls), 4) if stalls else None,
         checkpoint_final_wait_s=round(end.final_wait_s, 3),
         **({"tracking": end.tracking} if end.tracking else {}),
+        **({"health": end.health} if end.health else {}),
     )

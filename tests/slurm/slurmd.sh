@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start the slurmd of one test-cluster node (up.sh starts all three; a test that killed one, as a
+# Start the slurmd of one test-cluster node (up.sh starts every one; a test that killed one, as a
 # node that died, starts it again): in its own UTS + mount namespace, with its hostname, /etc/slurm
 # and /etc/hosts bind-mounted from the state directory, and its node-local $S/nodetmp/<node> at
 # $S/nodetmp/local.   Usage: slurmd.sh NODE

@@ -2,6 +2,8 @@
 # Start a real SLURM 22.05 test cluster on this one Debian machine (as root), for the test suite.
 #
 #   labgpu1, labgpu2  partition gpu: 24 CPUs, 256000 MB, gres gpu:l40s:3 (device files are /dev/null links)
+#   labgpu3           the same, a third GPU node: with the other two in partition gpu3 alone, so that the health
+#                     tests can leave a node out and still run 2 nodes, while partition gpu keeps two
 #   labcpu1           partition standard (default)
 # with munged, MariaDB + slurmdbd (accounting: sacct works), slurmctld and one slurmd per node.
 # Each slurmd runs in its own UTS + mount namespace: its own hostname, and /etc/slurm and /etc/hosts
@@ -50,7 +52,8 @@ fi
 unshare --uts --mount -- true 2>/dev/null || fail "unshare --uts --mount is not permitted here: nodes cannot get their own hostnames"
 
 mkdir -p "$S"/{etc,run,log,spool/ctld,gpu,munge,db,db-run}
-for n in labgpu1 labgpu2 labcpu1; do mkdir -p "$S/spool/$n" "$S/nodetmp/$n"; done
+NODES=(labgpu1 labgpu2 labgpu3 labcpu1)
+for n in "${NODES[@]}"; do mkdir -p "$S/spool/$n" "$S/nodetmp/$n"; done
 mkdir -p "$S/nodetmp/local"
 chmod 755 "$S" "$S"/{etc,run,log,spool,gpu}
 chown slurm:slurm "$S/spool/ctld" "$S/log" "$S/run"
@@ -110,8 +113,10 @@ Epilog=$S/etc/epilog.sh
 NodeName=labgpu1 NodeHostname=labgpu1 NodeAddr=127.0.2.1 Port=$((NODE_PORT + 1)) $NODE Gres=gpu:l40s:3
 NodeName=labgpu2 NodeHostname=labgpu2 NodeAddr=127.0.2.2 Port=$((NODE_PORT + 2)) $NODE Gres=gpu:l40s:3
 NodeName=labcpu1 NodeHostname=labcpu1 NodeAddr=127.0.3.1 Port=$((NODE_PORT + 3)) $NODE
+NodeName=labgpu3 NodeHostname=labgpu3 NodeAddr=127.0.2.3 Port=$((NODE_PORT + 4)) $NODE Gres=gpu:l40s:3
 PartitionName=standard Nodes=labcpu1 Default=YES MaxTime=2-00:00:00 State=UP
 PartitionName=gpu Nodes=labgpu1,labgpu2 MaxTime=2-00:00:00 State=UP
+PartitionName=gpu3 Nodes=labgpu1,labgpu2,labgpu3 MaxTime=2-00:00:00 State=UP
 CONF
 cat >"$S/etc/task_prolog.sh" <<PROLOG
 #!/bin/sh
@@ -128,7 +133,7 @@ exit 0
 EPILOG
 chmod 755 "$S/etc/task_prolog.sh" "$S/etc/epilog.sh"
 printf 'CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nConstrainRAMSpace=yes\nConstrainSwapSpace=yes\nAllowedSwapSpace=0\n' >"$S/etc/cgroup.conf"
-echo "NodeName=labgpu[1-2] Name=gpu Type=l40s File=$S/gpu/nvidia[0-2]" >"$S/etc/gres.conf"
+echo "NodeName=labgpu[1-3] Name=gpu Type=l40s File=$S/gpu/nvidia[0-2]" >"$S/etc/gres.conf"
 cat >"$S/etc/slurmdbd.conf" <<CONF
 AuthType=auth/munge
 AuthInfo=socket=$S/munge/munge.socket
@@ -157,7 +162,7 @@ bind-address=127.0.0.1
 user=mysql
 innodb_buffer_pool_size=256M
 CONF
-{ grep -v ' lab\(gpu\|cpu\)[0-9]$' /etc/hosts; printf '127.0.2.1 labgpu1\n127.0.2.2 labgpu2\n127.0.3.1 labcpu1\n'; } >"$S/etc/hosts"
+{ grep -v ' lab\(gpu\|cpu\)[0-9]$' /etc/hosts; printf '127.0.2.1 labgpu1\n127.0.2.2 labgpu2\n127.0.2.3 labgpu3\n127.0.3.1 labcpu1\n'; } >"$S/etc/hosts"
 echo "export SLURM_CONF=$S/etc/slurm.conf" >"$S/env.sh"
 export SLURM_CONF=$S/etc/slurm.conf
 
@@ -199,7 +204,7 @@ sacctmgr -n -P show assoc where account=lab user=root format=qos | grep -q lab_h
 if ! running "$S/run/slurmctld.pid" slurmctld; then say "slurmctld"; /usr/sbin/slurmctld -f "$SLURM_CONF"; fi
 wait_until 60 slurmctld bash -c 'scontrol ping | grep -q UP'
 
-for n in labgpu1 labgpu2 labcpu1; do
+for n in "${NODES[@]}"; do
   running "$S/run/slurmd-$n.pid" slurmd && continue
   say "slurmd $n"
   # $S/nodetmp/local is node-local storage: each node sees its own directory there (like $TMPDIR on Aire)
@@ -209,7 +214,7 @@ done
 limit=$((SECONDS + 90)); resumed=0
 while :; do
   states=$(sinfo -h -N -o '%N %T' | sort -u)
-  [[ $(grep -c ' idle$' <<<"$states") == 3 ]] && break
+  [[ $(grep -c ' idle$' <<<"$states") == "${#NODES[@]}" ]] && break
   if ((!resumed && SECONDS > limit - 80)) && grep -qE 'down|drain' <<<"$states"; then   # left down by an earlier run
     for n in $(awk '/down|drain/ {print $1}' <<<"$states"); do scontrol update NodeName="$n" State=RESUME || true; done
     resumed=1

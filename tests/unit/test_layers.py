@@ -14,8 +14,9 @@ from pathlib import Path
 from conftest import REPO
 
 PACKAGE = REPO / "airetrain"
-STAGES = {"plan", "stage", "checkpoint", "report", "train", "tune"}
-COMMANDS = {"cli", "job", "lightning", "hf", "doctor", "resolve", "tuning", "site_command", "__main__"}
+STAGES = {"plan", "health", "stage", "checkpoint", "report", "train", "tune"}
+COMMANDS = {"cli", "job", "lightning", "hf", "doctor", "resolve", "tuning", "site_command", "health_command",
+            "__main__"}
 ALLOWED = {("train", "checkpoint"): "the trainer saves and resumes through the checkpointer, and script mode "
                                     "mirrors a script's checkpoints to scratch"}
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from ...environment import with_user_settings
 from ...records import STOPPED, Plan, StopRecord, read_record
-from ...run_log import LAUNCH_ID, hangs, record_stop
-from ...slurm import job_restarts, srun_per_node
+from ...run_log import LAUNCH_ID, hangs, record_health, record_stop
+from ...slurm import job_restarts, requeue_without, srun_per_node
 from ... import capture
 from .lock import RunLock
 
@@ -68,6 +68,8 @@ def _continue(plan: Plan, stopped: dict, env) -> tuple[int, str]:
     if not job_id:
         print("not in a SLURM job: run the same command again to resume", flush=True)
         return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
+    if stopped["reason"] == "straggler":
+        return _leave_out(plan, stopped, job_id)
     if stopped["reason"] != "deadline":   # scancel or preemption: SLURM decides what happens next
         return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
     if not cfg.requeue:
@@ -86,6 +88,25 @@ def _continue(plan: Plan, stopped: dict, env) -> tuple[int, str]:
     print(f"requeued job {job_id} (restart {restarts + 1} of at most {cfg.max_requeues}); "
           "SLURM ends this run of it now", flush=True)
     return EXIT_STOPPED, "requeued"
+
+
+def _leave_out(plan: Plan, stopped: dict, job_id: str) -> tuple[int, str]:
+    """A straggler's stop: requeue this job without its node (health.exclude_stragglers)."""
+    exclude = stopped["exclude"]
+    restarts = job_restarts(job_id)
+    if restarts >= plan.config.checkpoint.max_requeues:
+        print(f"job {job_id} was requeued {restarts} times already (checkpoint.max_requeues = "
+              f"{plan.config.checkpoint.max_requeues}): not again; resubmit to continue", flush=True)
+        return 1, "exit 1: max_requeues reached"
+    for node, why in exclude.items():
+        record_health(plan.durable_dir, job_id, node, "straggler", why, "excluded")
+    print(f"requeuing job {job_id} without {', '.join(exclude)} ({'; '.join(exclude.values())})", flush=True)
+    # recorded first: once SLURM requeues the job, this process ends with it
+    record_stop(plan.durable_dir, stopped, job_id, f"requeued without {', '.join(exclude)}")
+    _, said = requeue_without(job_id, sorted(exclude))   # where it returns, SLURM refused
+    print(f"SLURM refused the requeue ({said}): exiting {EXIT_STOPPED} so that Snakemake's --retries resubmits the "
+          "run", flush=True)
+    return EXIT_STOPPED, f"exit {EXIT_STOPPED}: requeue refused"
 
 
 def run(plan: Plan, script: str, script_args: list[str], out: str, extra_env: dict | None = None,

@@ -74,6 +74,11 @@ def slurm(wildcards, key):
     return getattr(PLANS[wildcards.run].slurm, key)
 
 
+def get_health(wildcards):
+    """The run's node check, an input of its stage step (none: health.preflight is off)."""
+    return run_paths(wildcards.run)["health"] if PLANS[wildcards.run].config.health.preflight else []
+
+
 def get_dataset(wildcards):
     """The run's dataset directory on scratch, an input of its stage step (none: nothing to stage)."""
     dataset = PLANS[wildcards.run].dataset

@@ -21,6 +21,7 @@ if PREPARED_DATASETS:
 rule stage:
     input:
         plan="results/{run}/plan.json",
+        health=get_health,
         data=get_dataset,
     output:
         "results/{run}/stage.json",
