@@ -116,10 +116,17 @@ def room_needed(plan: Plan, staged: bool) -> int:
 
 
 def durable_root_problems(plan: Plan, seconds: float = ANSWER_S) -> list[dict]:
-    """The durable root answers: a listing of it returns (a hung mount would block the run's every save)."""
+    """The durable root answers: a listing of it returns (a hung mount would block the run's every save).
+    Where it is not made yet (a run that prepares nothing there), its nearest folder that exists answers."""
     root = Path(plan.roots.scratch)
+
+    def listing():
+        where = root
+        while not where.exists() and where != where.parent:
+            where = where.parent
+        return os.listdir(where)
     try:
-        within(seconds, lambda: os.listdir(root))
+        within(seconds, listing)
     except (OSError, TimeoutError) as e:
         return [problem("durable_root", f"{root} does not answer: {e}")]
     return []

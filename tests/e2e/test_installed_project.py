@@ -72,7 +72,7 @@ def test_a_project_from_the_installed_wheel_trains_its_own_model(installed, tmp_
                       .replace("epochs: 5", "epochs: 1").replace("precision: bf16", "precision: fp32"))
     run(["airetrain", "plan"], env=env, exact_env=True, cwd=project)
     proc = run(["python", "-m", "snakemake", "--cores", "2"], env=env, exact_env=True, cwd=project, timeout=600)
-    assert "7 of 7 steps (100%) done" in proc.stdout + proc.stderr
+    assert "8 of 8 steps (100%) done" in proc.stdout + proc.stderr
     trained = read_json(project / "results/first/train.json")
     losses = [m["loss"] for m in map(json.loads, (project / "results/first/metrics.jsonl").read_text().splitlines())
               if "loss" in m]

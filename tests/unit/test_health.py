@@ -55,12 +55,15 @@ def test_the_room_a_run_needs_counts_its_data_unless_staged_and_keep_plus_one_ch
     assert checks.room_needed(plan.replace(dataset=prepared, dataset_size=None, memory_estimate=None), False) == 700
 
 
-def test_a_durable_root_that_is_missing_or_hangs_is_a_problem(tmp_path, monkeypatch):
+def test_a_durable_root_that_cannot_be_listed_or_hangs_is_a_problem(tmp_path, monkeypatch):
     plan = make_plan({}, tmp_path)
     (tmp_path / "scratch").mkdir(exist_ok=True)
     assert checks.durable_root_problems(plan) == []
-    missing = plan.replace(roots=plan.roots.__class__(tmp_path / "gone", "config", None))
-    [problem] = checks.durable_root_problems(missing)
+    not_yet = plan.replace(roots=plan.roots.__class__(tmp_path / "not" / "made", "config", None))
+    assert checks.durable_root_problems(not_yet) == []   # made by the run: its nearest folder answers
+    (tmp_path / "a-file").write_text("")
+    unusable = plan.replace(roots=plan.roots.__class__(tmp_path / "a-file" / "scratch", "config", None))
+    [problem] = checks.durable_root_problems(unusable)
     assert problem["check"] == "durable_root" and "does not answer" in problem["reason"]
     import time
     with pytest.raises(TimeoutError, match="no answer within 0 s"):
