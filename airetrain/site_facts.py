@@ -11,6 +11,7 @@ and gpu gres: the smallest node counts, as a job must fit any of them), and sacc
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import subprocess
 
@@ -93,8 +94,9 @@ def read_site(partition: str | None = None, qos: str | None = None, env=None) ->
 def _gpu_cap(qos: str | None, env) -> int | None:
     """A QoS's GPUs per user (MaxTRESPerUser gres/gpu=N); qos None: the user's default QoS, else normal."""
     if qos is None:
-        user = env.get("USER") or env.get("LOGNAME") or ""
-        out = _run(["sacctmgr", "-nP", "show", "assoc", f"where user={user}", "format=DefaultQOS"], env) or ""
+        # $USER is unset in some shells (a container's, cron's): the account database's name for this uid then
+        user = env.get("USER") or env.get("LOGNAME") or pwd.getpwuid(os.getuid()).pw_name
+        out = _run(["sacctmgr", "-nP", "show", "assoc", "where", f"user={user}", "format=DefaultQOS"], env) or ""
         qos = next((line.strip() for line in out.splitlines() if line.strip()), "normal")
     out = _run(["sacctmgr", "-nP", "show", "qos", qos, "format=MaxTRESPerUser"], env)
     match = re.search(r"gres/gpu=(\d+)", out or "")

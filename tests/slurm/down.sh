@@ -30,7 +30,7 @@ stop "$S/run/slurmctld.pid" slurmctld
 stop "$S/run/slurmdbd.pid" slurmdbd
 stop "$S/db-run/mysqld.pid" mariadbd
 stop "$S/munge/munged.pid" munged
-for n in labgpu1 labgpu2 labgpu3 labcpu1; do
+for n in $(sed -n 's/^NodeName=\([^ ]*\) .*/\1/p' "$S/etc/slurm.conf"); do
   for c in /sys/fs/cgroup/*/slurm_"$n"; do [[ -d $c ]] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null; done
 done
 [[ ${AIRETRAIN_SLURM_WIPE:-0} == 1 ]] && rm -rf "$S"

@@ -15,6 +15,10 @@
 # whose environment has AIRETRAIN_LAB_JOB_TMPDIR=1 gets TMPDIR=$S/nodetmp/local/job.<id> from the
 # TaskProlog on every node, and the Epilog deletes that directory when the job ends (Aire purges
 # /tmp/job.<id>). Other jobs are left alone.
+# Another site's shape (Aire's is the default), for that site's own tests: AIRETRAIN_SLURM_GPU_TYPE=a100
+# AIRETRAIN_SLURM_GPUS_PER_NODE=4 AIRETRAIN_SLURM_GPU_PARTITION=gpu-a100 AIRETRAIN_SLURM_QOS_GPU_CAP=8 (a QoS
+# gpulimits capping GPUs per user, enforced), with AIRETRAIN_SLURM_NODE_PREFIX=site (sitegpu1, ...: its
+# nodes' names and cgroups apart from the default cluster's), its own state and AIRETRAIN_SLURM_PORT.
 # Idempotent; everything lives in $AIRETRAIN_SLURM_STATE (default tests/slurm/state).
 # Clients: source "$AIRETRAIN_SLURM_STATE/env.sh". Stop with down.sh (by pid files only).
 set -euo pipefail
@@ -27,6 +31,11 @@ NODE_PORT=$((CTLD_PORT + 13))
 DB_PORT=$((CTLD_PORT - 3601))   # 3316 by default
 # Short credential lifetime: a requeued job restarts after about this long (SLURM's default is 120 s).
 CRED_EXPIRE=${AIRETRAIN_SLURM_CRED_EXPIRE:-10}
+GPU_TYPE=${AIRETRAIN_SLURM_GPU_TYPE:-l40s}
+GPUS=${AIRETRAIN_SLURM_GPUS_PER_NODE:-3}
+GPU_PARTITION=${AIRETRAIN_SLURM_GPU_PARTITION:-gpu}
+QOS_GPU_CAP=${AIRETRAIN_SLURM_QOS_GPU_CAP:-}
+P=${AIRETRAIN_SLURM_NODE_PREFIX:-lab}
 PACKAGES=(slurmctld slurmd slurm-client slurmdbd slurm-wlm-mysql-plugin munge mariadb-server)
 
 say() { printf '[slurm-up %(%T)T] %s\n' -1 "$*" >&2; }
@@ -52,14 +61,14 @@ fi
 unshare --uts --mount -- true 2>/dev/null || fail "unshare --uts --mount is not permitted here: nodes cannot get their own hostnames"
 
 mkdir -p "$S"/{etc,run,log,spool/ctld,gpu,munge,db,db-run}
-NODES=(labgpu1 labgpu2 labgpu3 labcpu1)
+NODES=("${P}gpu1" "${P}gpu2" "${P}gpu3" "${P}cpu1")
 for n in "${NODES[@]}"; do mkdir -p "$S/spool/$n" "$S/nodetmp/$n"; done
 mkdir -p "$S/nodetmp/local"
 chmod 755 "$S" "$S"/{etc,run,log,spool,gpu}
 chown slurm:slurm "$S/spool/ctld" "$S/log" "$S/run"
 chown munge:munge "$S/munge"; chmod 755 "$S/munge"
 chown mysql:mysql "$S/db" "$S/db-run"
-for i in 0 1 2; do ln -sfn /dev/null "$S/gpu/nvidia$i"; done   # a GRES needs a device file; /dev/null stats as one
+for ((i = 0; i < GPUS; i++)); do ln -sfn /dev/null "$S/gpu/nvidia$i"; done   # a GRES needs a device file; /dev/null stats as one
 
 # cgroup v1 memory + freezer: memory limits enforced and OUT_OF_MEMORY recorded, as on a real cluster
 CGROUP=0
@@ -70,7 +79,7 @@ fi
 HOST=$(hostname -s)
 NODE="CPUs=24 Boards=1 SocketsPerBoard=2 CoresPerSocket=12 ThreadsPerCore=1 RealMemory=256000"
 cat >"$S/etc/slurm.conf" <<CONF
-ClusterName=airetrain
+ClusterName=${AIRETRAIN_SLURM_CLUSTER:-airetrain}
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$NODE_PORT
@@ -92,7 +101,8 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$DBD_PORT
 AccountingStoragePass=$S/munge/munge.socket
-AccountingStorageTRES=gres/gpu,gres/gpu:l40s
+AccountingStorageTRES=gres/gpu,gres/gpu:$GPU_TYPE
+$([[ -n $QOS_GPU_CAP ]] && echo "AccountingStorageEnforce=associations,limits,qos")
 SchedulerType=sched/backfill
 # a test cluster of three nodes: look at pending jobs (a requeued one, one whose nodes came free) every
 # 2 s instead of SLURM's 60 s and 30 s, so that no test waits on the scheduler's clock
@@ -110,13 +120,13 @@ SlurmdTimeout=60
 JobRequeue=1
 TaskProlog=$S/etc/task_prolog.sh
 Epilog=$S/etc/epilog.sh
-NodeName=labgpu1 NodeHostname=labgpu1 NodeAddr=127.0.2.1 Port=$((NODE_PORT + 1)) $NODE Gres=gpu:l40s:3
-NodeName=labgpu2 NodeHostname=labgpu2 NodeAddr=127.0.2.2 Port=$((NODE_PORT + 2)) $NODE Gres=gpu:l40s:3
-NodeName=labcpu1 NodeHostname=labcpu1 NodeAddr=127.0.3.1 Port=$((NODE_PORT + 3)) $NODE
-NodeName=labgpu3 NodeHostname=labgpu3 NodeAddr=127.0.2.3 Port=$((NODE_PORT + 4)) $NODE Gres=gpu:l40s:3
-PartitionName=standard Nodes=labcpu1 Default=YES MaxTime=2-00:00:00 State=UP
-PartitionName=gpu Nodes=labgpu1,labgpu2 MaxTime=2-00:00:00 State=UP
-PartitionName=gpu3 Nodes=labgpu1,labgpu2,labgpu3 MaxTime=2-00:00:00 State=UP
+NodeName=${P}gpu1 NodeHostname=${P}gpu1 NodeAddr=127.0.2.1 Port=$((NODE_PORT + 1)) $NODE Gres=gpu:$GPU_TYPE:$GPUS
+NodeName=${P}gpu2 NodeHostname=${P}gpu2 NodeAddr=127.0.2.2 Port=$((NODE_PORT + 2)) $NODE Gres=gpu:$GPU_TYPE:$GPUS
+NodeName=${P}cpu1 NodeHostname=${P}cpu1 NodeAddr=127.0.3.1 Port=$((NODE_PORT + 3)) $NODE
+NodeName=${P}gpu3 NodeHostname=${P}gpu3 NodeAddr=127.0.2.3 Port=$((NODE_PORT + 4)) $NODE Gres=gpu:$GPU_TYPE:$GPUS
+PartitionName=standard Nodes=${P}cpu1 Default=YES MaxTime=2-00:00:00 State=UP
+PartitionName=$GPU_PARTITION Nodes=${P}gpu1,${P}gpu2 MaxTime=2-00:00:00 State=UP
+PartitionName=gpu3 Nodes=${P}gpu1,${P}gpu2,${P}gpu3 MaxTime=2-00:00:00 State=UP
 CONF
 cat >"$S/etc/task_prolog.sh" <<PROLOG
 #!/bin/sh
@@ -133,7 +143,7 @@ exit 0
 EPILOG
 chmod 755 "$S/etc/task_prolog.sh" "$S/etc/epilog.sh"
 printf 'CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nConstrainRAMSpace=yes\nConstrainSwapSpace=yes\nAllowedSwapSpace=0\n' >"$S/etc/cgroup.conf"
-echo "NodeName=labgpu[1-3] Name=gpu Type=l40s File=$S/gpu/nvidia[0-2]" >"$S/etc/gres.conf"
+echo "NodeName=${P}gpu[1-3] Name=gpu Type=$GPU_TYPE File=$S/gpu/nvidia[0-$((GPUS - 1))]" >"$S/etc/gres.conf"
 cat >"$S/etc/slurmdbd.conf" <<CONF
 AuthType=auth/munge
 AuthInfo=socket=$S/munge/munge.socket
@@ -162,7 +172,7 @@ bind-address=127.0.0.1
 user=mysql
 innodb_buffer_pool_size=256M
 CONF
-{ grep -v ' lab\(gpu\|cpu\)[0-9]$' /etc/hosts; printf '127.0.2.1 labgpu1\n127.0.2.2 labgpu2\n127.0.2.3 labgpu3\n127.0.3.1 labcpu1\n'; } >"$S/etc/hosts"
+{ grep -v " $P\(gpu\|cpu\)[0-9]\$" /etc/hosts; printf "127.0.2.1 ${P}gpu1\n127.0.2.2 ${P}gpu2\n127.0.2.3 ${P}gpu3\n127.0.3.1 ${P}cpu1\n"; } >"$S/etc/hosts"
 echo "export SLURM_CONF=$S/etc/slurm.conf" >"$S/env.sh"
 export SLURM_CONF=$S/etc/slurm.conf
 
@@ -203,6 +213,15 @@ sacctmgr -n -P show assoc where account=lab user=root format=qos | grep -q lab_h
 
 if ! running "$S/run/slurmctld.pid" slurmctld; then say "slurmctld"; /usr/sbin/slurmctld -f "$SLURM_CONF"; fi
 wait_until 60 slurmctld bash -c 'scontrol ping | grep -q UP'
+if [[ -n $QOS_GPU_CAP ]]; then   # the site's GPU cap per user: a QoS gpulimits, root's default, enforced
+  sacctmgr -n -P show qos format=name | grep -qx gpulimits || sacctmgr -i add qos gpulimits >/dev/null
+  for _ in $(seq 30); do
+    sacctmgr -i modify qos gpulimits set MaxTRESPerUser=gres/gpu="$QOS_GPU_CAP" >/dev/null 2>&1 && break
+    sleep 1
+  done
+  sacctmgr -n -P show qos gpulimits format=MaxTRESPU | grep -q "gres/gpu=$QOS_GPU_CAP" || fail "the QoS gpulimits cap did not take"
+  sacctmgr -i modify user root set qos+=gpulimits defaultqos=gpulimits >/dev/null
+fi
 
 for n in "${NODES[@]}"; do
   running "$S/run/slurmd-$n.pid" slurmd && continue
