@@ -36,6 +36,7 @@ GPUS=${AIRETRAIN_SLURM_GPUS_PER_NODE:-3}
 GPU_PARTITION=${AIRETRAIN_SLURM_GPU_PARTITION:-gpu}
 QOS_GPU_CAP=${AIRETRAIN_SLURM_QOS_GPU_CAP:-}
 P=${AIRETRAIN_SLURM_NODE_PREFIX:-lab}
+CLUSTER=${AIRETRAIN_SLURM_CLUSTER:-airetrain}
 PACKAGES=(slurmctld slurmd slurm-client slurmdbd slurm-wlm-mysql-plugin munge mariadb-server)
 
 say() { printf '[slurm-up %(%T)T] %s\n' -1 "$*" >&2; }
@@ -79,7 +80,7 @@ fi
 HOST=$(hostname -s)
 NODE="CPUs=24 Boards=1 SocketsPerBoard=2 CoresPerSocket=12 ThreadsPerCore=1 RealMemory=256000"
 cat >"$S/etc/slurm.conf" <<CONF
-ClusterName=${AIRETRAIN_SLURM_CLUSTER:-airetrain}
+ClusterName=$CLUSTER
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$NODE_PORT
@@ -200,7 +201,7 @@ mariadb --defaults-file="$S/etc/my.cnf" --socket="$S/db-run/mysqld.sock" -e "
 
 if ! running "$S/run/slurmdbd.pid" slurmdbd; then say "slurmdbd"; /usr/sbin/slurmdbd; fi
 wait_until 60 slurmdbd sacctmgr -n show cluster
-sacctmgr -n -P show cluster format=cluster | grep -qx airetrain || sacctmgr -i add cluster airetrain >/dev/null
+sacctmgr -n -P show cluster format=cluster | grep -qx "$CLUSTER" || sacctmgr -i add cluster "$CLUSTER" >/dev/null
 sacctmgr -n -P show account format=account | grep -qx lab || sacctmgr -i add account lab Description=tests Organization=tests >/dev/null
 sacctmgr -n -P show assoc where account=lab user=root format=user | grep -qx root || sacctmgr -i add user root Account=lab >/dev/null
 # a second account of root's besides its default (lab), so that a test can see a profile's account reach a job
