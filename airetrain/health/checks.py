@@ -106,11 +106,12 @@ def room_needed(plan: Plan, staged: bool) -> int:
     plan, else from a listing of it: a dataset the workflow prepared had none at plan time) and keep + 1
     checkpoints (of the plan's estimate; none known for a script, a CPU run or what the meta device could not
     estimate)."""
-    data = 0
+    data, size = 0, (plan.dataset_size or {}).get("bytes")
     if not staged and plan.dataset is not None:
-        size = (plan.dataset_size or {}).get("bytes")
-        data = int(size) if size is not None else sum(n for n, _ in scan(Path(plan.dataset)).values()) \
-            if Path(plan.dataset).is_dir() else 0
+        if size is not None:
+            data = int(size)
+        elif Path(plan.dataset).is_dir():
+            data = sum(n for n, _ in scan(Path(plan.dataset)).values())
     checkpoint = int((plan.memory_estimate or {}).get("checkpoint_bytes") or 0)
     return data + (plan.config.checkpoint.keep + 1) * checkpoint
 

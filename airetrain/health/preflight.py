@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .. import run_log, slurm
 from ..environment import with_user_settings
+from ..fsutil import write_json_atomic
 from ..records import HealthRecord, Plan, read_record, write_record
 from ..roots import fast_root
 from .checks import ANSWER_S, check_node
@@ -31,8 +32,8 @@ SETTINGS = ("interfaces",)                      # what every node lacking is the
 SHARED = ("fast_root", "durable_root")          # ... or, where every node of several sees the same storage
 
 
-class NodeCheckError(RuntimeError):
-    """The run cannot train: a setting no node meets, or no healthy node left to try."""
+# How the line that fails the run begins: an exception's name, which `airetrain status` takes as the run's error
+FAILURE = "NodeCheckError"
 
 
 def node_reports(plan: Plan, folder: Path, env) -> dict[str, dict]:
@@ -124,7 +125,7 @@ def failed(plan: Plan, job: str | None, failing: dict[str, dict], reason: str) -
     earlier = {node: why for node, why in run_log.left_out(plan.durable_dir).items() if node not in failing}
     nodes = [f"{host} ({reasons_of(r)})" for host, r in failing.items()] + \
         [f"{node} (left out earlier: {why})" for node, why in earlier.items()]
-    print(f"{NodeCheckError.__name__}: {reason}. Nodes: {'; '.join(nodes)}", flush=True)
+    print(f"{FAILURE}: {reason}. Nodes: {'; '.join(nodes)}", flush=True)
     return 1
 
 
@@ -136,7 +137,4 @@ def node_step(plan_path: str, folder: str) -> None:
     """One node's part: its report, as <folder>/<host>.json."""
     plan = read_record(plan_path, Plan)
     report = check_node(plan, with_user_settings(plan.env, os.environ))
-    path = Path(folder) / f"{report['host']}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report))
-    tmp.rename(path)   # the collector reads only whole reports
+    write_json_atomic(Path(folder) / f"{report['host']}.json", report)   # the collector reads only whole reports

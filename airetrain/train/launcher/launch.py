@@ -75,10 +75,7 @@ def _continue(plan: Plan, stopped: dict, env) -> tuple[int, str]:
     if not cfg.requeue:
         print(f"checkpoint.requeue is false: exiting {EXIT_STOPPED}; Snakemake's --retries resubmits it", flush=True)
         return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
-    restarts = job_restarts(job_id)
-    if restarts >= cfg.max_requeues:
-        print(f"job {job_id} was requeued {restarts} times already (checkpoint.max_requeues = "
-              f"{cfg.max_requeues}): not again; resubmit to continue", flush=True)
+    if (restarts := _requeues_so_far(plan, job_id)) is None:
         return 1, "exit 1: max_requeues reached"
     proc = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -90,13 +87,20 @@ def _continue(plan: Plan, stopped: dict, env) -> tuple[int, str]:
     return EXIT_STOPPED, "requeued"
 
 
+def _requeues_so_far(plan: Plan, job_id: str) -> int | None:
+    """How many times SLURM has requeued this job; None, said, where checkpoint.max_requeues allows no more."""
+    restarts, cap = job_restarts(job_id), plan.config.checkpoint.max_requeues
+    if restarts >= cap:
+        print(f"job {job_id} was requeued {restarts} times already (checkpoint.max_requeues = {cap}): not again; "
+              "resubmit to continue", flush=True)
+        return None
+    return restarts
+
+
 def _leave_out(plan: Plan, stopped: dict, job_id: str) -> tuple[int, str]:
     """A straggler's stop: requeue this job without its node (health.exclude_stragglers)."""
     exclude = stopped["exclude"]
-    restarts = job_restarts(job_id)
-    if restarts >= plan.config.checkpoint.max_requeues:
-        print(f"job {job_id} was requeued {restarts} times already (checkpoint.max_requeues = "
-              f"{plan.config.checkpoint.max_requeues}): not again; resubmit to continue", flush=True)
+    if _requeues_so_far(plan, job_id) is None:
         return 1, "exit 1: max_requeues reached"
     for node, why in exclude.items():
         record_health(plan.durable_dir, job_id, node, "straggler", why, "excluded")
