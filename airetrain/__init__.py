@@ -21,6 +21,7 @@ The commands (they may import anything):
     job              airetrain.job, for a user's own torchrun script: the deadline and requeue contract
     lightning        airetrain.lightning: the same contract as one Lightning callback
     hf               airetrain.hf: the same contract as one Hugging Face Trainer callback
+    report_command   `airetrain report`: the efficiency table of runs, or of any SLURM jobs (sacct started first)
     tuning           the search's steps as commands (`airetrain tune-step`, `tune-table`)
     site_command     `airetrain site`: the site's facts read from SLURM
     health_command   `airetrain health`: the node check, the first step of a run's job

@@ -6,9 +6,10 @@ import logging
 import sys
 from pathlib import Path
 
-from .errors import ConfigError
-from .fsutil import NoSpaceError
-from . import health_command, site_command, tuning
+# only what every command needs: each imports its own, so `airetrain report --jobs` starts in a few hundredths
+# of a second
+from .errors import ConfigError, NoSpaceError
+from . import health_command, report_command, site_command, tuning
 from .resolve import resolve_plan
 
 
@@ -185,48 +186,6 @@ def _status(args) -> None:
             return
 
 
-def _report(args) -> None:
-    import json
-
-    from .report.render import efficiency_markdown, to_markdown, write_efficiency
-    from .report.collection import frame, jobs_rows, table
-
-    energy = json.loads(args.energy_json) if args.energy_json else None   # the config's site.energy
-    if args.jobs or args.since:
-        if args.runs:
-            raise ConfigError("give run names, or --jobs/--since, not both")
-        jobs = [j for j in (args.jobs or "").split(",") if j]
-        for job in jobs:
-            if not job.replace("_", "").replace(".", "").isdigit():
-                raise ConfigError(f"--jobs: {job!r} is not a SLURM job id (digits, or 123_4 for an array task)")
-        rows, columns = jobs_rows(jobs, args.since, energy=energy)
-        if not args.out:   # printed only: no pandas to import
-            print(efficiency_markdown(rows, columns).split("\n\nColumns")[0])
-            return
-        df, results = frame(rows, columns), None
-    elif args.runs:
-        args.runs = tuning.report_names(args.results, args.runs)
-        df = table(args.results, args.runs, energy)
-        results = args.results
-        if args.out:   # the pipeline's report: the finished runs join their durable history
-            from .history import record
-            from .report.query import UNAVAILABLE
-            # a run whose sacct figures are missing joins its history once accounting answers again
-            added = record(Path(args.results), [row for row in df.to_dict("records")
-                                                 if not str(row.get("status")).startswith(UNAVAILABLE)])
-            print(f"history: {len(added)} new line{'s' if len(added) != 1 else ''} "
-                  f"({', '.join(line['run'] for line in added) or 'every run was recorded already'})")
-    else:
-        raise ConfigError("name the runs (results/<run>), or give --jobs ID,ID or --since DATE")
-    print(to_markdown(df).split("\n\nColumns")[0])
-    if args.out:
-        paths = write_efficiency(df, args.out, results)
-        if args.runs:   # what the experiment found: a row per group of seeds
-            from .report.results_render import write_results
-            paths.update(write_results(Path(args.results), args.runs, Path(args.out), df))
-        print(f"wrote {', '.join(str(p) for p in paths.values())}")
-
-
 def _restart(args) -> None:
     from .restart import asking, restart
 
@@ -256,9 +215,31 @@ def _init(args) -> None:
     print(f"next: cd {args.directory} && airetrain plan && snakemake --cores 2")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unbuilt:
+    """The parser of a command that does not run this time: each call on it does nothing."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self
+
+
+class _OneCommand:
+    """The subcommands, built only for the command that runs: argparse builds each parser in full, and two dozen
+    of them cost more than folding a thousand jobs' accounting."""
+
+    def __init__(self, sub, command: str | None):
+        self.sub, self.command, self.found = sub, command, False
+
+    def add_parser(self, name: str, **kwargs):
+        if self.command is not None and name != self.command:
+            return _Unbuilt()
+        self.found = True
+        return self.sub.add_parser(name, **kwargs)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command's, or only command's where it is one (else every one)."""
     parser = argparse.ArgumentParser(prog="airetrain", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = _OneCommand(parser.add_subparsers(dest="command", required=True), command)
 
     p = sub.add_parser("plan", help="validate a config and print every run's plan")
     p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
@@ -352,16 +333,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", nargs="*", help="only these runs")
     p.set_defaults(func=_history)
 
-    p = sub.add_parser("report", help="efficiency table of runs, or of any SLURM jobs (--jobs, --since)")
-    p.add_argument("--results", default="results")
-    p.add_argument("--out", help="also write efficiency.csv/.md/.html and the plots here, and for runs the "
-                                 "results table (results.csv/.md/.html, results-runs.csv)")
-    p.add_argument("--jobs", help="any SLURM jobs: ID,ID,... (one sacct call)")
-    p.add_argument("--since", help="any SLURM jobs of yours started since DATE (sacct --starttime)")
-    p.add_argument("--energy-json", help="site.energy's constants as JSON (default: the schema's)")
-    p.add_argument("runs", nargs="*")
-    p.set_defaults(func=_report)
-
     p = sub.add_parser("restart", help="train runs again from step 0: remove their checkpoints, record, results")
     p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
     p.add_argument("--results", default="results")
@@ -381,15 +352,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="+", metavar="RUN_OR_GROUP")
     p.set_defaults(func=_compare)
 
+    report_command.add_parsers(sub)
     tuning.add_parsers(sub)
     site_command.add_parsers(sub)
     health_command.add_parsers(sub)
-    return parser
+    return parser if sub.found or command is None else build_parser()
 
 
 def main(argv=None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)   # none: --help, or a mistake
+    args = build_parser(command).parse_args(argv)
     try:
         args.func(args)
     except ConfigError as e:

@@ -9,17 +9,11 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import NoSpaceError
 from .text import human_bytes
 
 CHUNK = 4 << 20
 FULL = (errno.ENOSPC, errno.EDQUOT)   # no space left; over the quota (scratch, on Lustre)
-
-
-class NoSpaceError(OSError):
-    """A write that did not fit: its message names the filesystem, its free space and the size needed."""
-
-    def __str__(self) -> str:
-        return self.strerror
 
 
 def nearest_existing(path: str | Path) -> Path:

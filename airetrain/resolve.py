@@ -4,7 +4,10 @@ below never import from each other.
 """
 from __future__ import annotations
 
-from .records import Plan
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # the records are imported where a plan is resolved, not by every command's start
+    from .records import Plan
 
 
 def resolve_plan(plan: Plan) -> Plan:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sys
 
-import yaml
-
 
 def _site(args) -> None:
+    import yaml
+
     from .site_facts import read_site
 
     site, missing, partition = read_site(args.partition, args.qos)

@@ -12,12 +12,12 @@ import json
 from pathlib import Path
 
 from .errors import ConfigError
-from .records import Plan, read_record
-from .run_config import Settings
 
 
 def _step(args) -> None:
     from .plan.planner import plan_rung
+    from .records import Plan, read_record
+    from .run_config import Settings
     from .search_space import ladder, parse_trial, step_path, tune_folder
     from .tune.steps import decide
 
@@ -38,6 +38,7 @@ def _step(args) -> None:
 
 
 def _table(args) -> None:
+    from .records import Plan, read_record
     from .tune.table import write_table
 
     tuned = read_record(args.plan, Plan)

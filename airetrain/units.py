@@ -7,6 +7,7 @@ them: 411280K, 1.5G, 4000M, 4000Mn (per node), 2000Mc (per core); SLURM's M is a
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from .errors import ConfigError
 
@@ -15,6 +16,9 @@ _DURATION = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")
 _SIZE = re.compile(r"([\d.]+)([KMGTP]?)[nc]?")
 
 
+# A report of thousands of jobs reads the same few time limits and elapsed times again and again: each text
+# is parsed once (the answers are numbers, which no caller can change).
+@lru_cache(maxsize=8192)
 def duration_s(text: str | None) -> float | None:
     """Seconds of a SLURM duration, or None where it is not one (UNLIMITED, NOT_SET, '', ...)."""
     m = _DURATION.fullmatch((text or "").strip())
@@ -32,6 +36,7 @@ def format_duration(seconds: float) -> str:
     return f"{days}-{text}" if days else text
 
 
+@lru_cache(maxsize=8192)
 def size_mb(text: str | None) -> float:
     """MB (MiB) of a SLURM size; a bare number is MB; anything else is 0."""
     m = _SIZE.fullmatch(text or "")

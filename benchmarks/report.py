@@ -8,8 +8,9 @@ job by job, as a per-job tool would.
 
 With --peer N it submits N finished jobs (arrays included) and times the whole command, start-up
 and sacct included, of `airetrain report --jobs` against the peer tool, reportseff 2.10.3, over the
-same jobs, and compares their CPU efficiencies. reportseff lives in the benchmark's own venv
-(benchmarks/.peers/, made on first use from PyPI), not among the project's dependencies.
+same jobs (the two in turn, 11 rounds: medians and bests), and compares their CPU efficiencies.
+reportseff lives in the benchmark's own venv (benchmarks/.peers/, made on first use from PyPI), not among
+the project's dependencies.
 
     python benchmarks/report.py [--jobs 50] [--synthetic 500] [--peer 1995]
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -126,12 +128,32 @@ def submit_mix(n: int) -> list[str]:
     return ids
 
 
+ROUNDS = 11
+
+
+def run_out(cmd: list[str]) -> str:
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+
+def side_by_side(ours: list[str], theirs: list[str]) -> list[tuple[float, float]]:
+    """(best, median) seconds of each command, run in turn (which goes first alternates), so that a slow
+    moment of the machine or of slurmdbd falls on both."""
+    times: list[list[float]] = [[], []]
+    for i in range(ROUNDS):
+        for k in ((0, 1) if i % 2 == 0 else (1, 0)):
+            t0 = time.perf_counter()
+            subprocess.run((ours, theirs)[k], stdout=subprocess.DEVNULL, check=True)
+            times[k].append(time.perf_counter() - t0)
+    return [(min(t), statistics.median(t)) for t in times]
+
+
 def peer(n: int) -> None:
     ids = submit_mix(n)
     airetrain = [str(Path(sys.executable).parent / "airetrain"), "report", "--jobs", ",".join(ids)]
     theirs = [reportseff(), "--no-color", "--parsable", "--format", "JobID,State,CPUEff,MemEff,TimeEff", *ids]
-    t_ours, ours = timed(lambda: subprocess.run(airetrain, capture_output=True, text=True, check=True).stdout)
-    t_peer, peer_out = timed(lambda: subprocess.run(theirs, capture_output=True, text=True, check=True).stdout)
+    ours, peer_out = run_out(airetrain), run_out(theirs)
+    times = side_by_side(airetrain, theirs)
+    (best_ours, t_ours), (best_peer, t_peer) = times
     rows_ours = [line for line in ours.splitlines()
                  if line.startswith("| ") and not line.startswith(("| run", "| ---"))]
     peer_rows = [line.split("|") for line in peer_out.splitlines()[1:] if line.strip()]
@@ -139,10 +161,12 @@ def peer(n: int) -> None:
     differ = [(r[0], r[2], ours_cpu.get(r[0])) for r in peer_rows
               if r[2] not in ("", "---") and ours_cpu.get(r[0]) is not None
               and abs(float(r[2].rstrip("%")) - 100 * ours_cpu[r[0]]) > 1.0]
-    print(f"{len(rows_ours)} finished jobs (arrays included), the whole command each (best of 3):")
-    print(f"  airetrain report --jobs: {t_ours:6.2f} s")
-    print(f"  reportseff 2.10.3:       {t_peer:6.2f} s ({len(peer_rows)} rows)")
-    print(f"  ratio:                   {t_peer / t_ours:6.2f}x (goal >= 1: at least as fast as reportseff)")
+    print(f"{len(rows_ours)} finished jobs (arrays included), the whole command each, {ROUNDS} rounds in turn "
+          "(median; best):")
+    print(f"  airetrain report --jobs: {t_ours:6.3f} s; {best_ours:6.3f} s")
+    print(f"  reportseff 2.10.3:       {t_peer:6.3f} s; {best_peer:6.3f} s ({len(peer_rows)} rows)")
+    print(f"  ratio:                   {t_peer / t_ours:6.2f}x; {best_peer / best_ours:6.2f}x "
+          "(goal >= 1: at least as fast as reportseff)")
     print(f"  CPU efficiency differs by more than 1 point on {len(differ)} jobs; e.g. "
           + ", ".join(f"{j}: reportseff {r} vs seff's formula {100 * o:.1f}%" for j, r, o in differ[:3]))
 

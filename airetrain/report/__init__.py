@@ -1,7 +1,8 @@
 """The reports, after reportseff: query, fold per job, collect, render; imports no torch.
 
 The efficiency report:
-    query           ONE sacct call for all jobs
+    query           ONE sacct call for all jobs, started before its answer is needed
+    columns         the columns it asks for
     jobs            its rows folded into one Job per id, as seff computes the figures
     seff            seff's own figures where a site installs it, as a cross-check
     collection      a row per run or job, joined with the trainer's figures, with advice

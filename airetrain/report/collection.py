@@ -20,7 +20,7 @@ from ..history import entry, of_profile
 from ..records import STOPPED, Plan, read_plan
 from ..run_log import hangs, left_out, straggler_text
 from .jobs import Job, lookup, parse
-from .query import UNAVAILABLE, AccountingUnavailable, query
+from .query import UNAVAILABLE, AccountingUnavailable, Started, query
 from .seff import seff_check
 from .advice import advise, learned
 from ..energy import job_energy
@@ -80,7 +80,8 @@ COLUMNS = {
                "stragglers named: `straggler: rank 4 on labgpu2, 1.4× the median step`"),
     "step_spread": "the slowest rank's median compute time per step / the median rank's (1: even; train.json)",
     "allreduce_gbps": "the links' all-reduce bus bandwidth over every rank, GB/s, measured as training started",
-    "seff_check": "where seff is installed, for the first 10 jobs: 'agrees' (within 0.1 point) or what differs",
+    "seff_check": ("where seff is installed, for the first 10 runs (for --jobs/--since: the first N of "
+                   "--seff-check N): 'agrees' (within 0.1 point) or what differs"),
     "source": "where elapsed, cpu_eff and memory come from: sacct, or benchmark (Snakemake's, local runs)",
     "learned_from": "resources: measured: the finished jobs whose measurements set this run's requests",
     "right_sizing": "a right-sized run: how much of its requests it used (MemEff, TimeEff), next to the jobs it "
@@ -102,7 +103,12 @@ def _benchmarks(run_dir: Path) -> pd.DataFrame | None:
 
 def _rounded(figures: dict) -> dict:
     """6 significant digits: enough for a small job's GPU-hours, without float noise in the CSV."""
-    return {k: float(f"{v:.6g}") if isinstance(v, float) else v for k, v in figures.items()}
+    rounded = dict(figures)
+    for k, v in figures.items():
+        # a whole number below a million is its own 6-digit form: most figures are, and formatting costs
+        if isinstance(v, float) and not (v.is_integer() and -1e6 < v < 1e6):
+            rounded[k] = float(f"{v:.6g}")
+    return rounded
 
 
 def job_row(job: Job) -> dict:
@@ -224,7 +230,8 @@ def _finished(rows: list[dict], checks: dict[str, str], energy: dict | None = No
         if checks and row.get("job_id") in checks:
             row["seff_check"] = checks[row["job_id"]]
     columns = list(COLUMNS)
-    metrics = sorted({k for row in rows for k in row if k.startswith("eval_") and k not in COLUMNS})
+    keys = set().union(*rows)
+    metrics = sorted(k for k in keys if k.startswith("eval_") and k not in COLUMNS)
     at = columns.index("eval_<metric>")
     return rows, columns[:at] + metrics + columns[at + 1:]
 
@@ -252,18 +259,21 @@ def table(results: str | Path, runs: list[str], energy: dict | None = None) -> p
                    if accounting else {}, energy)
 
 
-def jobs_rows(job_ids: list[str] | None = None, since: str | None = None,
-              text: str | None = None, energy: dict | None = None) -> tuple[list[dict], list[str]]:
-    """Any SLURM jobs (by id, or started since a date), from one sacct call (or its captured text):
-    the rows and the columns, without pandas (what `airetrain report --jobs` prints)."""
+def jobs_rows(job_ids: list[str] | None = None, since: str | None = None, text: str | None = None,
+              energy: dict | None = None, started: Started | None = None,
+              seff_checks: int = 0) -> tuple[list[dict], list[str]]:
+    """Any SLURM jobs (by id, or started since a date), from one sacct call (started: the call, begun
+    already; or its captured text): the rows and the columns, without pandas (what `airetrain report
+    --jobs` prints). seff_checks: how many jobs seff checks, where it is installed (each one a process
+    and a database query: none unless asked, or a report of thousands of jobs waits for them)."""
     try:
-        jobs = parse(text, job_ids) if text is not None else query(job_ids, since)
+        jobs = parse(text, job_ids) if text is not None else (started or Started(job_ids, since)).result()
     except AccountingUnavailable as e:
         raise RuntimeError(f"SLURM accounting does not answer ({e}): this needs it; try again later") from None
     if jobs is None:
         raise RuntimeError("sacct is not available here (or it failed): this needs SLURM accounting")
     rows = [{"run": job.name or job.job_id, **job_row(job)} for job in jobs.values()]
-    return _finished(rows, seff_check(jobs) if text is None else {}, energy)
+    return _finished(rows, seff_check(jobs, seff_checks) if seff_checks and text is None else {}, energy)
 
 
 def jobs_table(job_ids: list[str] | None = None, since: str | None = None, text: str | None = None,

@@ -16,13 +16,14 @@ record (no MaxRSS, no TRES usage) has no memory figure, never 0 MB. Nothing here
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
+from types import MappingProxyType
 
 from ..units import SIZE_UNITS_MB, duration_s, size_mb
+from .columns import FIELDS
 
-# The columns the query asks sacct for, in order (report/query.py runs it).
-FIELDS = ["JobID", "JobIDRaw", "JobName", "State", "ExitCode", "Start", "Elapsed", "Timelimit", "TotalCPU",
-          "AllocCPUS", "ReqMem", "NNodes", "NTasks", "MaxRSS", "AllocTRES", "TRESUsageInTot", "TRESUsageInMax"]
 
 
 def seconds(text: str) -> float:
@@ -30,19 +31,38 @@ def seconds(text: str) -> float:
     return duration_s(text) or 0.0
 
 
-def tres(text: str) -> dict[str, str]:
-    """'cpu=6,mem=12G,gres/gpu=6' -> {'cpu': '6', 'mem': '12G', 'gres/gpu': '6'}."""
-    return dict(item.split("=", 1) for item in (text or "").split(",") if "=" in item)
+_TRES_ITEM = re.compile(r"([^,=]+)=([^,]*)")
+_TRES_NUMBER = re.compile(r"([\d.]+)([KMGTP]?)")
+
+
+@lru_cache(maxsize=8192)   # thousands of jobs share a few allocations, and a step's peak is often its total
+def tres(text: str) -> Mapping[str, str]:
+    """'cpu=6,mem=12G,gres/gpu=6' -> {'cpu': '6', 'mem': '12G', 'gres/gpu': '6'} (read-only: it is shared)."""
+    return MappingProxyType(dict(_TRES_ITEM.findall(text)) if text else {})
 
 
 def tres_number(value: str | None) -> float | None:
     """A TRES usage value: a count ('87'), a size ('5.2G'), or missing."""
     if value is None or value == "":
         return None
-    m = re.fullmatch(r"([\d.]+)([KMGTP]?)", value)
+    m = _TRES_NUMBER.fullmatch(value)
     if not m:
         return None
     return float(m.group(1)) * (SIZE_UNITS_MB[m.group(2)] if m.group(2) else 1.0)
+
+
+STATE_NOTES = {   # what a job's state means for its figures (FAILED's names the exit code)
+    "MISSING": "not in accounting (wrong id, or purged)",
+    "RUNNING": "running: figures so far",
+    "PENDING": "pending: no figures yet",
+    "TIMEOUT": "hit its time limit",
+    "OUT_OF_MEMORY": "ran out of memory",
+    "CANCELLED": "cancelled",
+    "NODE_FAIL": "a node failed",
+    "PREEMPTED": "preempted",
+    "REQUEUED": "requeued: waiting to run again",
+    "COMPLETED": "completed",
+}
 
 
 @dataclass
@@ -101,20 +121,8 @@ class Job:
     @property
     def status(self) -> str:
         """What a user should know about this job's figures."""
-        notes = {
-            "MISSING": "not in accounting (wrong id, or purged)",
-            "RUNNING": "running: figures so far",
-            "PENDING": "pending: no figures yet",
-            "TIMEOUT": "hit its time limit",
-            "OUT_OF_MEMORY": "ran out of memory",
-            "CANCELLED": "cancelled",
-            "FAILED": f"failed (exit code {self.exit_code})",
-            "NODE_FAIL": "a node failed",
-            "PREEMPTED": "preempted",
-            "REQUEUED": "requeued: waiting to run again",
-            "COMPLETED": "completed",
-        }
-        text = notes.get(self.state, self.state.lower())
+        text = (f"failed (exit code {self.exit_code})" if self.state == "FAILED"
+                else STATE_NOTES.get(self.state, self.state.lower()))
         if self.late_start_record:
             text = "just started: accounting has no figures yet"
         if self.runs > 1:
@@ -189,18 +197,19 @@ def _step(job: Job, row: dict) -> None:
         job.energy_j = max(job.energy_j or 0.0, energy)
 
 
-def parse(text: str, wanted: list[str] | None = None) -> dict[str, Job]:
-    """`sacct --parsable2 --noheader --duplicates --format=FIELDS` -> {job id: Job}.
+def parse(text: str | Iterable[str], wanted: list[str] | None = None) -> dict[str, Job]:
+    """`sacct --parsable2 --noheader --duplicates --format=FIELDS` -> {job id: Job}. text: its whole output, or
+    its lines as they come (sacct's own pipe: each is folded while sacct prints the next).
 
     wanted: the ids asked for; any that sacct did not return are included with state MISSING."""
     jobs: dict[str, Job] = {}
-    for line in text.splitlines():
-        values = line.split("|")
+    for line in text.splitlines() if isinstance(text, str) else text:
+        values = line.rstrip("\n").split("|")
         if len(values) < len(FIELDS):
             continue
         row = dict(zip(FIELDS, values))
         job_id, dot, _ = row["JobID"].partition(".")
-        job = jobs.setdefault(job_id, Job(job_id))
+        job = jobs.get(job_id) or jobs.setdefault(job_id, Job(job_id))
         if dot:
             _step(job, row)
         else:

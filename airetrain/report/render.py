@@ -32,14 +32,19 @@ def efficiency_markdown(rows: list[dict], columns: list[str]) -> str:
     """The key columns that have a value in some row, the advice, and what each column means."""
     at = SHOWN.index("eval_<metric>")
     metrics = [c for c in columns if c.startswith("eval_") and c not in SHOWN]
-    shown_cols = [c for c in SHOWN[:at] + metrics + SHOWN[at + 1:]
-                  if c in columns and any(_fmt(row.get(c)) for row in rows)]
-    table = markdown_table(shown_cols, [[_fmt(row.get(c)) for c in shown_cols] for row in rows])
+    candidates = [c for c in SHOWN[:at] + metrics + SHOWN[at + 1:] if c in columns]
+    cells = [[_fmt(row.get(c)) for c in candidates] for row in rows]
+    kept = [i for i in range(len(candidates)) if any(line[i] for line in cells)]   # a column with a value
+    table = markdown_table([candidates[i] for i in kept], [[line[i] for i in kept] for line in cells])
     advice = [f"- **{row['run']}**: {row['advice']}" for row in rows if row.get("advice")]
     sized = [f"- **{row['run']}**: {row['right_sizing']}" for row in rows if _fmt(row.get("right_sizing"))]
+    checked = [f"- **{row['run']}** (job {row['job_id']}): {row['seff_check']}" for row in rows
+               if _fmt(row.get("seff_check"))]
     parts = table
     if advice:
         parts += ["", "Advice:", *advice]
+    if checked:
+        parts += ["", "seff's figures against these (CPU and memory efficiency):", *checked]
     if sized:
         parts += ["", "Right-sized runs (resources: measured):", *sized]
     parts += ["", "Columns (efficiency.csv has them all):", *(f"- `{k}`: {v}" for k, v in COLUMNS.items())]
@@ -47,11 +52,9 @@ def efficiency_markdown(rows: list[dict], columns: list[str]) -> str:
 
 
 def _fmt(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
     if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+        return "" if math.isnan(value) else f"{value:.4g}"
+    return "" if value is None else str(value)
 
 
 def write_efficiency(df: pd.DataFrame, out_dir: str | Path, results: str | Path | None = None) -> dict[str, Path]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from airetrain.checkpoint import store
-from airetrain.fsutil import NoSpaceError
+from airetrain.errors import NoSpaceError
 
 from conftest import (BIN, assert_identical, final_state, launch_training, newest_step, prepare_training,
                       read_json, run, spawn, wait_for)
