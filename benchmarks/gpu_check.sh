@@ -8,7 +8,9 @@
 #     steps, total against a synchronous save);
 #   - a GPT of about 1.07 B parameters in bf16 on one GPU, 10 warm-up + 300 steady steps, three ways:
 #     plain, torch.compile, torch.compile + fused AdamW: steady-state MFU, tokens/s, compile time;
-#     the GPU table's type for CUDA's name of the GPU, and NVML's energy counter (mean watts).
+#     the GPU table's type for CUDA's name of the GPU, and NVML's energy counter (mean watts);
+#   - the node check's GPU part (health/checks.py): every GPU answers a matmul, and NVML finds each GPU
+#     by CUDA's UUID and reads its memory error counters (which this GPU has, and what they say).
 # Usage: bash benchmarks/gpu_check.sh [OUTDIR]   (GPT_STEADY=300 GPT_DEPTH=20 to change the GPT)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -25,6 +27,35 @@ stamp "GPU tests"
 timeout 200 $py -m pytest -q -p no:cacheprovider -rs -k gpu tests/torchrun/test_trainer.py \
   tests/torchrun/test_checkpoint.py > "$out/gpu-tests.txt" 2>&1
 tail -3 "$out/gpu-tests.txt"
+stamp "node check, GPU part"
+timeout 60 $py - > "$out/health.json" 2>&1 <<'PY'
+import json
+import torch
+from airetrain.health.checks import gpu_memory_reasons, gpu_problems
+count = torch.cuda.device_count()
+found = {"gpus": count, "problems": gpu_problems(count), "nvml": {}}
+try:
+    import pynvml as nvml
+    nvml.nvmlInit()
+    for i in range(count):
+        uuid = str(torch.cuda.get_device_properties(i).uuid)
+        handle = nvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        counters = {}
+        readers = {"remapped_rows": (nvml.nvmlDeviceGetRemappedRows, ()),
+                   "retired_pages_pending": (nvml.nvmlDeviceGetRetiredPagesPendingStatus, ()),
+                   "ecc_uncorrected": (nvml.nvmlDeviceGetTotalEccErrors,
+                                       (nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC))}
+        for name, (fn, args) in readers.items():
+            try:
+                counters[name] = str(fn(handle, *args))
+            except Exception as e:   # this GPU has no such counter
+                counters[name] = f"not read: {e}"
+        found["nvml"][f"GPU {i} ({uuid})"] = {"counters": counters, "reasons": gpu_memory_reasons(nvml, handle)}
+except Exception as e:
+    found["nvml"] = f"not used: {type(e).__name__}: {e}"
+print(json.dumps(found, indent=1))
+PY
+tail -4 "$out/health.json"
 stamp "checkpoint cost"
 # a save every 600 steps (about 2.5 s): more than one background write apart; the fast root on
 # another filesystem than scratch (/dev/shm), as on Aire, so that each checkpoint is copied
@@ -74,6 +105,10 @@ out = Path(sys.argv[1])
 summary = {"gpu": (out / "gpu.txt").read_text().strip()}
 tests = (out / "gpu-tests.txt").read_text() if (out / "gpu-tests.txt").exists() else ""
 summary["gpu_tests"] = (re.findall(r"^\d+ (?:passed|failed).*$", tests, re.M) or ["did not finish"])[-1]
+try:
+    summary["node_check"] = json.loads((out / "health.json").read_text())
+except Exception as e:   # on CPU: no CUDA; or the check failed (its log is health.json)
+    summary["node_check"] = f"did not finish: {e}"
 for w in ("process", "thread"):
     bench = (out / f"checkpoint-{w}.txt").read_text() if (out / f"checkpoint-{w}.txt").exists() else ""
     for key, pattern in {"sync_ms": r"fsync: median (\d+) ms", "stall_ms": r"stall:\s+median (\d+) ms",
