@@ -9,7 +9,7 @@ import sys
 def _site(args) -> None:
     import yaml
 
-    from .site_facts import read_site
+    from .site_facts import fast_root, read_site
 
     site, missing, partition = read_site(args.partition, args.qos)
     if not site:
@@ -17,6 +17,8 @@ def _site(args) -> None:
         sys.exit(1)
     text = yaml.safe_dump({"site": site}, sort_keys=False)
     print(f"# partition {partition}, read from SLURM\n{text}", end="")
+    if fast := fast_root():
+        print(f"# the fast root: {fast}")
     for line in missing:
         print(f"# not found: {line}")
     if args.write:

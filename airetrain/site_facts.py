@@ -1,6 +1,7 @@
 """The site's facts read from SLURM itself (`airetrain site`), and where a config's `site:` disagrees with them.
 
     read_site(partition, qos)   ({site key: value} SLURM gives for a partition, [what it could not find])
+    fast_root()                 inside a job: its fast root, and whether its nodes share it
     disagreements(site, read)   the config's site: keys that differ from what SLURM says
 
 From scontrol show partition (its nodes and MaxTime), scontrol show node (each node's CPUTot, RealMemory
@@ -84,11 +85,21 @@ def read_site(partition: str | None = None, qos: str | None = None, env=None) ->
     else:
         missing.append(f"max_gpus_per_user: QoS {qos or '(your default)'} has no gres/gpu in MaxTRESPerUser "
                        "(or accounting does not answer)")
-    fast = env.get("TMP_SHARED") or (env.get("TMPDIR") if env.get("SLURM_JOB_ID") else None)
-    missing.append(f"the fast root: {'$TMP_SHARED' if env.get('TMP_SHARED') else '$TMPDIR'} in this job ({fast})"
-                   if fast else "the fast root: not told on a login node (srun -p PARTITION -t 1 airetrain site "
-                   "reads a job's $TMP_SHARED or $TMPDIR)")
+    if fast_root(env) is None:
+        missing.append("the fast root: not told on a login node (srun -p PARTITION -t 1 airetrain site reads a "
+                       "job's $TMP_SHARED or $TMPDIR)")
     return site, missing, partition
+
+
+def fast_root(env=None) -> str | None:
+    """Inside a job, which folder is its fast root and how it is shared, told from the job's environment;
+    None on a login node, where no job's folders exist."""
+    env = os.environ if env is None else env
+    if env.get("TMP_SHARED"):
+        return f"$TMP_SHARED in this job ({env['TMP_SHARED']}), shared by the job's nodes: a run stages once"
+    if env.get("SLURM_JOB_ID") and env.get("TMPDIR"):
+        return f"$TMPDIR in this job ({env['TMPDIR']}), no $TMP_SHARED: each node stages its own copy"
+    return None
 
 
 def _gpu_cap(qos: str | None, env) -> int | None:
