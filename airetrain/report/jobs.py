@@ -25,7 +25,6 @@ from ..units import SIZE_UNITS_MB, duration_s, size_mb
 from .columns import FIELDS
 
 
-
 def seconds(text: str) -> float:
     """A sacct duration in seconds; no duration ('', UNLIMITED) counts as 0."""
     return duration_s(text) or 0.0
