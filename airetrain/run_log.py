@@ -18,6 +18,20 @@ from .records import Plan, RunRecord
 SESSIONS = "sessions.jsonl"
 
 
+def _append(run_dir: str | Path, log: str, line: dict) -> None:
+    """One line more in one of the run's durable logs (made where it is the first)."""
+    path = Path(run_dir) / log
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def _lines(run_dir: str | Path, log: str) -> list[dict]:
+    """Every line of one of the run's durable logs ([] before its first)."""
+    path = Path(run_dir) / log
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
 def config_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
@@ -53,11 +67,8 @@ def record_session(run_dir: str | Path, job_id: str | None, resumed_from_step: i
     """Append this start of the run to its durable session log (survives requeues and reruns);
     checkpoint: the one it resumed from, where it resumed. resumed_from_step: None for a user's script,
     which alone knows its step."""
-    path = Path(run_dir) / SESSIONS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps({"slurm_job_id": job_id, "started": time.time(), "resumed_from_step": resumed_from_step,
-                            "hostnames": hosts, "checkpoint": checkpoint}) + "\n")
+    _append(run_dir, SESSIONS, {"slurm_job_id": job_id, "started": time.time(), "resumed_from_step": resumed_from_step,
+                                "hostnames": hosts, "checkpoint": checkpoint})
 
 
 STOPS = "stops.jsonl"
@@ -68,16 +79,12 @@ def record_stop(run_dir: str | Path, stopped: dict, job_id: str | None, action: 
     """Append an early stop (deadline, signal, hang) and what followed (requeued, exit code, restart) to
     the durable run directory: Snakemake deletes the rule's log when the requeued job runs the rule again.
     details: what else there is to say (a hang's launch and the folder of its stack dumps)."""
-    path = Path(run_dir) / STOPS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps({"slurm_job_id": job_id, "reason": stopped["reason"], "step": stopped["step"],
-                            "time": time.time(), "action": action, **(details or {})}) + "\n")
+    _append(run_dir, STOPS, {"slurm_job_id": job_id, "reason": stopped["reason"], "step": stopped["step"],
+                             "time": time.time(), "action": action, **(details or {})})
 
 
 def stops(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / STOPS
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return _lines(run_dir, STOPS)
 
 
 HEALTH = "health.jsonl"
@@ -88,16 +95,12 @@ def record_health(run_dir: str | Path, job_id: str | None, node: str, kind: str,
     """Append a node found sick (kind: the check that failed, or straggler) and what followed (excluded, the
     run failed, named only) to the durable run directory, where every later job of the run reads it.
     step: where training was when a straggler was named."""
-    path = Path(run_dir) / HEALTH
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps({"slurm_job_id": job_id, "node": node, "kind": kind, "reason": reason, "action": action,
-                            "step": step, "time": time.time()}) + "\n")
+    _append(run_dir, HEALTH, {"slurm_job_id": job_id, "node": node, "kind": kind, "reason": reason,
+                              "action": action, "step": step, "time": time.time()})
 
 
 def health_events(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / HEALTH
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return _lines(run_dir, HEALTH)
 
 
 def straggler_text(straggler: dict) -> str:
@@ -126,8 +129,7 @@ def hangs(run_dir: str | Path, launch: str | None = None) -> list[dict]:
 
 
 def sessions(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / SESSIONS
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return _lines(run_dir, SESSIONS)
 
 
 def run_record(plan: Plan, train: dict, project_dir: str | Path) -> RunRecord:

@@ -44,13 +44,9 @@ def remaining_seconds(job_id: str) -> float | None:
 
 
 def job_restarts(job_id: str) -> int:
-    """How many times SLURM has requeued this job (`scontrol show job`'s Restarts=)."""
-    try:
-        out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    match = re.search(r"\bRestarts=(\d+)", out)
-    return int(match.group(1)) if match else 0
+    """How many times SLURM has requeued this job (`scontrol show job`'s Restarts=; 0 where it cannot say)."""
+    restarts = job_fields(job_id).get("Restarts", "")
+    return int(restarts) if restarts.isdigit() else 0
 
 
 def job_alive(job_id: str) -> bool | None:
