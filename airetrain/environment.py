@@ -62,7 +62,17 @@ SCRIPT_VARIABLES = {
     "AIRETRAIN_RESULTS_DIR": "results/<run>: metrics.jsonl, train.json",
     "AIRETRAIN_END_TIME": "the job's end, Unix seconds (empty outside SLURM)",
     "AIRETRAIN_STOP_MARGIN_S": "checkpoint.stop_margin_min, in seconds",
+    "AIRETRAIN_SEED": "the run's seed: train.seed, or each of seeds: in turn (job.seed())",
+    "AIRETRAIN_PARAMS": "a JSON file of the run's params: {name: value}, a search trial's values (job.params())",
+    "AIRETRAIN_MAX_EPOCHS": "a search's rung: the epochs to train to (job.max_epochs()); unset in other runs",
+    "AIRETRAIN_BATCH_PER_DEVICE": "batch.per_device (only where train.args name a batch variable)",
+    "AIRETRAIN_BATCH_GLOBAL": "batch.global (only where train.args name a batch variable)",
+    "AIRETRAIN_GRAD_ACCUM": "batch.global / (per_device x ranks) (only where train.args name a batch variable)",
 }
+# What the launcher tells airetrain.job alone (not for arguments): the run's durable directory, where it
+# records each session's start, and the newest durable checkpoint at the launch.
+JOB_VARIABLES = ("AIRETRAIN_RUN_DIR", "AIRETRAIN_RESUMABLE")
+BATCH_VARIABLES = ("AIRETRAIN_BATCH_PER_DEVICE", "AIRETRAIN_BATCH_GLOBAL", "AIRETRAIN_GRAD_ACCUM")
 _NAMED = re.compile(r"\$\{(AIRETRAIN_[A-Za-z0-9_]*)\}|\$(AIRETRAIN_[A-Za-z0-9_]*)")
 
 
@@ -70,6 +80,12 @@ def unknown_script_variables(args: list[str]) -> list[str]:
     """The $AIRETRAIN_... names in a script's arguments that are not airetrain's."""
     found = [a or b for arg in args for a, b in _NAMED.findall(arg)]
     return [name for name in dict.fromkeys(found) if name not in SCRIPT_VARIABLES]
+
+
+def gives_batch(args: list[str]) -> bool:
+    """Whether a script is given the batch (its arguments name a batch variable): only then is the batch maths
+    checked and the batch variables set, since a script that never reads them chooses its own batch."""
+    return any(a in BATCH_VARIABLES or b in BATCH_VARIABLES for arg in args for a, b in _NAMED.findall(arg))
 
 
 def expand_script_args(args: list[str], env: dict) -> list[str]:

@@ -54,11 +54,15 @@ class Airetrain(TrainerCallback):
         found = [(int(p.name.split("-")[1]), i, p) for i, root in enumerate(job.resume_dirs())
                  if root.is_dir() for p in root.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
                  and _complete(p, root == durable)]
-        return str(min(found, key=lambda f: (-f[0], f[1]))[2]) if found else None
+        newest = min(found, key=lambda f: (-f[0], f[1])) if found else None
+        job.note_resume(newest and newest[0], newest and str(newest[2]))
+        return str(newest[2]) if newest else None
 
     def on_init_end(self, args, state, control, **kwargs):
         if Path(args.output_dir).name == DEFAULT_OUTPUT_DIR and not Path(args.output_dir).is_absolute():
             args.output_dir = str(job.checkpoint_dir())
+        if epochs := job.max_epochs():   # a search's rung: it trains to its epochs, then the study decides
+            args.num_train_epochs, args.max_steps = epochs, -1
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._t0, self._steps0 = time.perf_counter(), state.global_step

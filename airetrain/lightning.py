@@ -59,13 +59,22 @@ def _batch_size(batch) -> int | None:
     return next((n for n in map(_batch_size, items) if n), None)
 
 
+def _epochs_trained(trainer) -> float:
+    """The epochs trained at a validation: a whole number at an epoch's end (what a search reports at), a
+    fraction where validation runs inside an epoch (val_check_interval)."""
+    batches = trainer.num_training_batches
+    done = trainer.fit_loop.epoch_loop.batch_progress.current.completed
+    if not batches or batches == float("inf") or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+        return trainer.current_epoch + 1
+    return trainer.current_epoch + done / batches
+
+
 class Airetrain(pl.Callback):
     def __init__(self):
         _claim_world()
         self.stopped_at: int | None = None
         self._logged = -1
         self._t0 = time.perf_counter()
-        self._steps0 = 0
         self._samples = 0
 
     @staticmethod
@@ -82,7 +91,9 @@ class Airetrain(pl.Callback):
         # save ModelCheckpoint makes as the stopped epoch ends (which resumes as if that epoch were done)
         ranked = sorted(found.values(), key=lambda p: (int(m[1]) if (m := _STEP.search(p.name)) else -1,
                                                        p.name.startswith("step-"), p.stat().st_mtime), reverse=True)
-        return next((str(p) for p in ranked if _verifies(p)), None)
+        path = next((p for p in ranked if _verifies(p)), None)
+        job.note_resume(int(m[1]) if path and (m := _STEP.search(path.name)) else None, path and str(path))
+        return str(path) if path else None
 
     def setup(self, trainer, pl_module, stage):
         world = int(os.environ.get("WORLD_SIZE", trainer.world_size))
@@ -95,7 +106,9 @@ class Airetrain(pl.Callback):
         for callback in trainer.checkpoint_callbacks:
             if callback.dirpath is None:
                 callback.dirpath = str(job.checkpoint_dir())
-        self._t0, self._steps0 = time.perf_counter(), trainer.global_step
+        if epochs := job.max_epochs():   # a search's rung: it trains to its epochs, then the study decides
+            trainer.fit_loop.max_epochs = epochs
+        self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
@@ -116,7 +129,7 @@ class Airetrain(pl.Callback):
         figures = {f"eval_{k.removeprefix('val_').removeprefix('val/')}": float(v)
                    for k, v in trainer.callback_metrics.items() if k.startswith(("val_", "val/"))}
         if figures and not trainer.sanity_checking:
-            job.log({"step": trainer.global_step, "epoch": trainer.current_epoch, **figures})
+            job.log({"step": trainer.global_step, "epoch": _epochs_trained(trainer), **figures})
 
     def on_fit_end(self, trainer, pl_module):
         if self.stopped_at is not None:   # the checkpoint is saved: requeue, and the next session resumes

@@ -166,6 +166,9 @@ class TrainRecord(TypedDict):
     steps_per_epoch: NotRequired[Doc[int, "optimizer steps in one epoch: an evaluation at step k x this is the one "
                                           "after k epochs (a tune reports it there)"]]
     resumed_from_step: Doc[int, "the step this session resumed from (0: a fresh start)"]
+    sessions: NotRequired[Doc[list, "a script's sessions, each as airetrain.job saw its start: step (where it "
+                                    "resumed, 0: from the start), checkpoint, started_over (true: it started from 0 "
+                                    "beside durable checkpoints, never asking job.load_latest), slurm_job_id"]]
     train_seconds: Doc[float, "seconds of the training loop, save stalls included"]
     samples_per_s: Doc[Optional[float], "training throughput, all ranks"]
     tokens_per_s: Doc[Optional[float], "tokens per second, for sequence models"]

@@ -288,6 +288,7 @@ class RunConfig(_Record):
     code: Code
     slurm: Slurm
     tracking: Tracking
+    params: dict           # a script's own values (job.params()): a sweep's or a search's params.<name>
     tune: Tune | None
 
 

@@ -71,6 +71,19 @@ def record_session(run_dir: str | Path, job_id: str | None, resumed_from_step: i
                                 "hostnames": hosts, "checkpoint": checkpoint})
 
 
+STARTS = "starts.jsonl"   # a script's sessions: the step each started from, as airetrain.job saw it
+
+
+def record_start(run_dir: str | Path, start: dict) -> None:
+    """Append where a script's session started ({step, checkpoint, started_over, newest, slurm_job_id}): the
+    script alone knows whether it resumed."""
+    _append(run_dir, STARTS, {**start, "time": time.time()})
+
+
+def starts(run_dir: str | Path) -> list[dict]:
+    return _lines(run_dir, STARTS)
+
+
 STOPS = "stops.jsonl"
 
 

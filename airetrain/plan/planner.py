@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..catalog import prepared
-from ..environment import job_env
+from ..environment import gives_batch, job_env
 from ..hardware import memory_budget_gb
 from ..errors import ConfigError
 from ..quota import dataset_size
@@ -45,7 +45,9 @@ def plan_run(name: str, run: RunConfig, settings: Settings, scratch: Root, env=N
     nodes, nproc = layout.nodes_and_ranks(name, run, site, problems)
     device = run.device if run.device != "auto" else ("cuda" if run.gpus else "cpu")
     cpus_per_rank, cpus_per_node, mem_gb_per_node = layout.per_node(name, run, site, nproc, problems)
-    batch = layout.batch_maths(name, run, nodes * nproc, problems)
+    # a script that is not given the batch chooses its own: its batch maths is not checked
+    checked = problems if not run.train.script or gives_batch(run.train.args) else []
+    batch = layout.batch_maths(name, run, nodes * nproc, checked)
     refusals.limits(name, run, site, problems)
     dataset = refusals.storage(name, run, settings, scratch, env, problems)
     # Not for the datasets the workflow writes itself: their files.json appears after the first

@@ -199,8 +199,8 @@ def forecast(name: str, run: RunConfig) -> None:
 
 def tracking(name: str, run: RunConfig, site: Site, problems: list[str]) -> list[str]:
     """Trackers: each one's package installed (they are optional extras), an MLflow URI that is a
-    server or a store without a password; warnings for online W&B where the compute nodes reach no
-    internet, and for a script (it logs to its own tracker)."""
+    server or a store without a password; a warning for online W&B where the compute nodes reach no
+    internet. A script's job.log lines reach its trackers as the built-in trainer's do."""
     t, warnings = run.tracking, []
     for tracker in t.named:
         if importlib.util.find_spec(tracker) is None:
@@ -212,7 +212,4 @@ def tracking(name: str, run: RunConfig, site: Site, problems: list[str]) -> list
         warnings.append(f"run {name}: tracking.wandb.mode is online, but this site's compute nodes reach no internet "
                         "(site.compute_nodes_online: false): use mode: offline, and `airetrain sync` on the login "
                         "node uploads the runs")
-    if (t.wandb or t.mlflow) and run.train.script:
-        warnings.append(f"run {name}: tracking is the built-in trainer's; train.script runs your own script, "
-                        "which logs to a tracker itself")
     return warnings

@@ -16,6 +16,7 @@ from ..text import did_you_mean
 from . import sweep
 
 FLOATS = ("loguniform", "uniform")
+SCRIPT_KEYS = ("params.", "batch.")   # what a search may set for a script: its own values, the batch it is given
 
 
 def refusals(name: str, run: RunConfig, settings: Settings, problems: list[str]) -> None:
@@ -44,9 +45,13 @@ def refusals(name: str, run: RunConfig, settings: Settings, problems: list[str])
         problems.append(f"{where}.metric: give the evaluation figure to tune on (checkpoint.monitor is null)")
     if tune.sampler_name == "grid" and any(p.kind in FLOATS for p in params):
         problems.append(f"{where}.sampler: grid needs every space key a choice or an int")
-    for key, why in (("train.script", run.train.script), ("evaluate", run.evaluate)):
-        if why:
-            problems.append(f"{where} and {key}: a search tunes the built-in trainer's runs; remove one of them")
+    if run.evaluate:
+        problems.append(f"{where} and evaluate: an evaluation run trains nothing to tune; remove one of them")
+    if run.train.script:
+        for p in params:
+            if not p.key.startswith(SCRIPT_KEYS):
+                problems.append(f"{where}.space.{p.key}: a script does not read {p.key}; it reads its trial's values "
+                                f"with job.params(): name it params.{p.key.rsplit('.', 1)[-1]}")
     site = settings.site
     parallel = slots(run, site.max_gpus_per_user)
     if run.gpus and parallel * run.gpus > site.max_gpus_per_user:
@@ -58,7 +63,8 @@ def refusals(name: str, run: RunConfig, settings: Settings, problems: list[str])
 def _fit(p, schema: dict, at: str) -> str | None:
     """Why a parameter cannot set its key, or None: the key is a leaf of the run's schema (model.options.<key>:
     any) and each value the distribution can give is one the schema allows."""
-    if p.key.startswith("model.options.") and p.key.count(".") == 2:
+    if p.key.startswith("model.options.") and p.key.count(".") == 2 or p.key.startswith("params.") \
+            and p.key.count(".") == 1:   # the user's own names: any value
         return None
     node = sweep.run_key_schema(schema, p.key)
     if node is None or not _leaf(node) or p.key.split(".")[0] in ("tune", "evaluate", "tracking"):

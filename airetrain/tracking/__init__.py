@@ -5,6 +5,7 @@ airetrain run however many sessions it takes, each step logged once.
     identity     the tracker run of an airetrain run: its ids, kept in the run's durable directory
     names        what a figure is called in a tracker (and in TensorBoard); names and URIs checked
     sender       rank 0's sending thread: figures queued, sent to every tracker, failures counted
+    follow       a script's metrics.jsonl followed by the launcher, its lines sent through a sender
     opening      what a tracker run is told once: config, group, sweep keys, code, versions
     wandb_sink   Weights & Biases: offline files on scratch (the default), or online
     wandb_files  the history in W&B's offline files, read without W&B (what a resumed session skips)

@@ -62,6 +62,19 @@ def start(plan: Plan, project_dir: Path, metrics: Path, resumed_step: int, finge
     return Sender(found, backlog=backlog(metrics, resumed_step)) if found else None
 
 
+def follow(plan: Plan, project_dir: Path, metrics: Path):
+    """A script's trackers (rank 0 of the built-in trainer sends its own): the launcher follows the script's
+    metrics.jsonl (follow.Follower, started here); None where the run names none."""
+    from .follow import Follower
+
+    found = sinks(plan, project_dir)
+    if not found:
+        return None
+    follower = Follower(metrics, Sender(found))
+    follower.start()
+    return follower
+
+
 def backlog(metrics: Path, upto: int) -> list[tuple[int, dict]]:
     """The figures of the earlier sessions' lines of metrics.jsonl at steps up to upto, one entry a step
     (a step's log line and its evaluation's merged; a step logged again by a resume: its last line)."""

@@ -96,3 +96,41 @@ class Stopper:
         if self._pending is not None:
             self._pending[0].wait()
             self._pending = None
+
+
+class Agreement:
+    """A script's check at every step (airetrain.job.should_stop, the Lightning and HF callbacks) for the
+    price of a few all-reduces: the ranks agree on the stop flag every `every` calls, and between two
+    agreements every call answers as the last one did. `every` is as many calls as fit in budget_s at
+    the calls' own pace, the smallest any rank proposes (so every rank counts alike), starting at 1 and
+    at most doubling from one agreement to the next (a slower phase, an evaluation, is met within two).
+    A deadline or a signal seen on any rank is acted on within `every` calls, which budget_s, at most a
+    tenth of the stop margin, bounds."""
+
+    def __init__(self, stopper: Stopper, device: torch.device, budget_s: float | None = None, most: int = 1000):
+        self.stopper, self.device, self.most = stopper, device, most
+        self.budget_s = min(5.0, stopper.margin_s / 10) if budget_s is None else budget_s
+        self.every, self.left = 1, 0
+        self.reason: str | None = None
+        self._agreed_at: float | None = None
+
+    def stop(self) -> bool:
+        """True once every rank has agreed to stop (and from then on)."""
+        if self.reason is not None:
+            return True
+        self.left -= 1
+        if self.left > 0:
+            return False
+        proposal = 1
+        if self._agreed_at is not None:
+            per_call = (time.monotonic() - self._agreed_at) / self.every
+            fits = int(self.budget_s / per_call) if per_call > 0 else self.most
+            proposal = max(1, min(fits, 2 * self.every, self.most))
+        # one all-reduce carries both: MAX of the flags, and MAX of -proposal = the smallest proposal
+        tensor = torch.tensor([self.stopper._flag(), -proposal], dtype=torch.int64, device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        flag, negative = tensor.tolist()
+        self.every = self.left = -negative
+        self._agreed_at = time.monotonic()
+        self.reason = REASONS.get(flag)
+        return self.reason is not None

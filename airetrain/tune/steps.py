@@ -57,19 +57,34 @@ def decide(tuned: Plan, slot: int, index: int, results: str | Path = "results", 
 
 def evaluations(folder: Path, metric: str, after: int, upto: int) -> tuple[list[tuple[int, float]], bool]:
     """([(epochs trained, metric)] of a rung's evaluations at epoch ends after `after` epochs, up to `upto`, the
-    newest line of each step (a killed session's steps are logged again); whether early stopping ended it)."""
+    newest line of each (a killed session's are logged again); whether early stopping ended it). The built-in
+    trainer's epoch is its step over train.json's steps_per_epoch; a script's, the line's own "epoch" (the
+    epochs trained: a whole number)."""
     train = read_json(folder / "train.json")
     per_epoch = train.get("steps_per_epoch")
-    by_step = {}
+    by_epoch = {}
     with open(folder / "metrics.jsonl") as f:
         for line in f:
-            record = json.loads(line)
-            if record.get(metric) is not None:
-                by_step[record["step"]] = record[metric]
-    out = [(step // per_epoch, value) for step, value in sorted(by_step.items())
-           if per_epoch and step % per_epoch == 0 and after < step // per_epoch <= upto]
+            try:
+                record = json.loads(line)
+            except ValueError:   # a line cut by a kill
+                continue
+            if record.get(metric) is not None and (epoch := _epoch_of(record, per_epoch)) is not None:
+                by_epoch[epoch] = record[metric]
+    out = [(epoch, value) for epoch, value in sorted(by_epoch.items()) if after < epoch <= upto]
     stopped = train.get("stopped_early")
     return out, bool(stopped)
+
+
+def _epoch_of(record: dict, per_epoch: int | None) -> int | None:
+    """The epochs trained at an evaluation line, where it ends an epoch; else None."""
+    if per_epoch:
+        step = record.get("step")
+        return step // per_epoch if isinstance(step, int) and step % per_epoch == 0 else None
+    epoch = record.get("epoch")
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, float)) or not float(epoch).is_integer():
+        return None
+    return int(epoch)
 
 
 def _tell(optuna, study, previous: dict, results: Path, metric: str, rungs: list[int]) -> dict | None:

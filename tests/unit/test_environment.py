@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from airetrain.environment import CPU_MALLOC, with_user_settings
+from airetrain.errors import ConfigError
 from airetrain.plan.planner import plan_all
 from airetrain.plan.sbatch import script
 from conftest import ENV
@@ -91,9 +92,29 @@ def test_an_unknown_airetrain_variable_in_a_scripts_arguments_is_refused_naming_
 
 
 def test_the_script_environment_is_the_table_of_what_arguments_may_name(tmp_path):
-    from airetrain.environment import SCRIPT_VARIABLES
+    from airetrain.environment import BATCH_VARIABLES, JOB_VARIABLES, SCRIPT_VARIABLES
     from airetrain.train.launcher.script import script_env
 
     plan = plan_all({"runs": {"r": {}}}, env=ENV)["r"]
-    env = script_env(plan, {"target": "/fast/d"}, tmp_path, tmp_path / "ck")
-    assert set(env) <= set(SCRIPT_VARIABLES) and set(SCRIPT_VARIABLES) - set(env) <= {"AIRETRAIN_END_TIME"}
+    env = script_env(plan, {"target": "/fast/d"}, tmp_path / "r", tmp_path / "ck")
+    given = {"AIRETRAIN_END_TIME", "AIRETRAIN_MAX_EPOCHS", *BATCH_VARIABLES}   # in a job, a rung, a batch argument
+    assert set(env) - set(JOB_VARIABLES) <= set(SCRIPT_VARIABLES) and set(SCRIPT_VARIABLES) - set(env) == given
+    assert "AIRETRAIN_MAX_EPOCHS" in script_env(plan, {"target": None}, tmp_path / "r-t000-e3", tmp_path / "ck")
+
+
+def test_a_script_is_given_the_batch_only_where_its_arguments_name_it_and_only_then_is_it_checked(tmp_path):
+    """On 3 GPUs the default batch (64 of 32 per GPU) does not divide: a script that never reads it plans."""
+    from airetrain.environment import BATCH_VARIABLES
+    from airetrain.train.launcher.script import script_env
+
+    script_path = tmp_path / "train.py"
+    script_path.write_text("")
+    plan = plan_all({"runs": {"r": {"gpus": 3, "train": {"script": str(script_path)}}}}, env=ENV)["r"]
+    assert not set(BATCH_VARIABLES) & set(script_env(plan, {"target": None}, tmp_path / "r", tmp_path / "ck"))
+    args = ["--bs", "$AIRETRAIN_BATCH_PER_DEVICE"]
+    given = {"runs": {"r": {"gpus": 3, "train": {"script": str(script_path), "args": args}}}}
+    with pytest.raises(ConfigError, match=r"runs.r.batch.global = 64 is not per_device \(32\) x world size \(3\)"):
+        plan_all(given, env=ENV)
+    given["runs"]["r"]["batch"] = {"global": 96, "per_device": 16}
+    env = script_env(plan_all(given, env=ENV)["r"], {"target": None}, tmp_path / "r", tmp_path / "ck")
+    assert [env[v] for v in BATCH_VARIABLES] == ["16", "96", "2"]

@@ -15,24 +15,41 @@ from pathlib import Path
 
 from ...checkpoint import store
 from ...checkpoint.mirror import Mirror
-from ...environment import expand_script_args
+from ...environment import expand_script_args, gives_batch
+from ...fsutil import write_json_atomic
 from ...records import STOPPED, Plan, StageRecord, TrainRecord, read_record, write_record
 from ...roots import run_dir
-from ...run_log import record_session
+from ...run_log import record_session, starts
 from ... import slurm
 from ...slurm import remaining_seconds
+from ...tracking import trackers
 from . import launch
 
+PARAMS = "params.json"   # in results/<run>/: the run's params: ($AIRETRAIN_PARAMS, job.params())
 
-def script_env(plan: Plan, staged: dict, out: Path, checkpoints: Path) -> dict:
+
+def script_env(plan: Plan, staged: dict, out: Path, checkpoints: Path, resumable: str | None = None) -> dict:
+    """resumable: the newest durable checkpoint file at the launch (a script that starts from step 0 beside it
+    is named)."""
+    config, out = plan.config, Path(out).absolute()
     env = {
         "AIRETRAIN_RUN": plan.run,
         "AIRETRAIN_DATA_DIR": staged["target"] or "",
         "AIRETRAIN_CHECKPOINT_DIR": str(checkpoints),
         "AIRETRAIN_DURABLE_DIR": str(plan.checkpoints_dir),
-        "AIRETRAIN_RESULTS_DIR": str(Path(out).absolute()),
-        "AIRETRAIN_STOP_MARGIN_S": str(60 * plan.config.checkpoint.stop_margin_min),
+        "AIRETRAIN_RESULTS_DIR": str(out),
+        "AIRETRAIN_STOP_MARGIN_S": str(60 * config.checkpoint.stop_margin_min),
+        "AIRETRAIN_SEED": str(config.train.seed),
+        "AIRETRAIN_PARAMS": str(out / PARAMS),
+        "AIRETRAIN_RUN_DIR": str(plan.durable_dir),
+        "AIRETRAIN_RESUMABLE": resumable or "",
     }
+    if out.name != plan.run:   # a search's rung (results/<trial>-e<epochs>/): the epochs it trains to
+        env["AIRETRAIN_MAX_EPOCHS"] = str(config.train.epochs)
+    if gives_batch(config.train.args):   # the batch maths was checked only where the script is given the batch
+        b = plan.batch
+        env.update({"AIRETRAIN_BATCH_PER_DEVICE": str(b.per_device), "AIRETRAIN_BATCH_GLOBAL": str(b.global_),
+                    "AIRETRAIN_GRAD_ACCUM": str(b.grad_accum)})
     job = os.environ.get("SLURM_JOB_ID")
     left = remaining_seconds(job) if job else None
     if left is not None:   # airetrain.job keeps it current from squeue; this is the value at the start
@@ -52,13 +69,16 @@ def run_script(plan: Plan, stage_path: str, out: str) -> int:
     checkpoints = run_dir(Path(staged["fast_root"]), plan.run) / "checkpoints"   # the fast root staging used
     checkpoints.mkdir(parents=True, exist_ok=True)
     (out / "metrics.jsonl").touch()
+    write_json_atomic(out / PARAMS, plan.config.params)
     mirror = Mirror(checkpoints, plan.checkpoints_dir)
     # this start of the script, with the newest durable file it may resume from (a requeued job's fast
-    # root is new and empty): the script alone knows its step
-    durable = sorted(mirror.files)
-    record_session(plan.durable_dir, slurm.job_id(), None, [socket.gethostname()],
-                   str(plan.checkpoints_dir / durable[-1]) if durable else None)
+    # root is new and empty): the script alone knows its step (airetrain.job records it in starts.jsonl)
+    durable = sorted(mirror.files, key=lambda rel: mirror.files[rel]["mtime_ns"])
+    newest = str(plan.checkpoints_dir / durable[-1]) if durable else None
+    record_session(plan.durable_dir, slurm.job_id(), None, [socket.gethostname()], newest)
     mirror.start()
+    # the workflow's folder is the project's, as for the built-in trainer's trackers
+    follower = trackers.follow(plan, Path.cwd(), out / "metrics.jsonl")
     result: dict = {}
     t0 = time.time()
 
@@ -66,13 +86,26 @@ def run_script(plan: Plan, stage_path: str, out: str) -> int:
         result["files"] = mirror.finish()
         print(f"checkpoint directory {checkpoints}: {len(result['files'])} file(s) durable in "
               f"{plan.checkpoints_dir}, sha256 verified", flush=True)
+        if follower:   # every line the script logged: sent, or counted lost
+            result["tracking"] = trackers.closed(follower.finish())
+            print(f"tracking: {result['tracking']}", flush=True)
 
-    script, env = plan.script, script_env(plan, staged, out, checkpoints)
+    script, env = plan.script, script_env(plan, staged, out, checkpoints, newest)
     code = launch.run(plan, str(script.path), expand_script_args(script.args, env), str(out), env, after_exit)
     if code == 0 and not (out / STOPPED).exists():
-        write_record(out / "train.json", TrainRecord, script_train_record(plan, _metrics(out), time.time() - t0,
-                                                                          result["files"]))
+        record = script_train_record(plan, _metrics(out), time.time() - t0, result["files"])
+        write_record(out / "train.json", TrainRecord, {**record, **({"tracking": result["tracking"]}
+                                                                    if result.get("tracking") else {})})
     return code
+
+
+def script_sessions(plan: Plan) -> list[dict]:
+    """The run's script sessions as airetrain.job recorded their starts: the step each resumed from."""
+    try:
+        found = starts(plan.durable_dir)
+    except ValueError:   # a line cut by a kill
+        found = []
+    return [{k: s.get(k) for k in ("slurm_job_id", "step", "checkpoint", "started_over")} for s in found]
 
 
 def script_train_record(plan: Plan, metrics: list[dict], seconds: float, files: dict) -> TrainRecord:
@@ -83,7 +116,7 @@ def script_train_record(plan: Plan, metrics: list[dict], seconds: float, files: 
 
     def latest(key: str):   # a line has some figures (a step's, an evaluation's): each from its newest line
         return next((m[key] for m in reversed(metrics) if m.get(key) is not None), None)
-    batch = plan.batch
+    batch, sessions = plan.batch, script_sessions(plan)
     checkpoint = {"file": "", "kind": store.MIRROR, "step": last.get("step"), "epoch": None,
                   "size": sum(f["size"] for f in files.values()),
                   "sha256": store.digest_of({rel: f["sha256"] for rel, f in files.items()}),
@@ -99,7 +132,8 @@ def script_train_record(plan: Plan, metrics: list[dict], seconds: float, files: 
         **unknown, run=plan.run, world_size=plan.world_size, nodes=plan.nodes, strategy="script",
         precision=plan.precision, device=plan.device, global_batch=batch.global_,
         per_device_batch=batch.per_device, grad_accum=batch.grad_accum, steps=last.get("step"),
-        steps_this_session=None, seed=plan.config.train.seed, epochs=plan.config.train.epochs, resumed_from_step=None,
+        steps_this_session=None, seed=plan.config.train.seed, epochs=plan.config.train.epochs,
+        resumed_from_step=sessions[-1]["step"] if sessions else None, sessions=sessions,
         train_seconds=round(seconds, 3), samples_per_s=latest("samples_per_s"),
         memory_estimate=None, activation_checkpointing=False, parallel_units={}, final_loss=latest("loss"),
         eval_loss=evaluated.get("eval_loss"), eval_accuracy=evaluated.get("eval_accuracy"),
