@@ -163,7 +163,7 @@ def load_latest(map_location="cpu"):
             continue
         trusted = bool(known)
         try:
-            state = torch.load(path, map_location=map_location, weights_only=trusted)
+            state = torch.load(path, map_location=map_location, weights_only=not trusted)
         except Exception as e:
             if not trusted:
                 _refuse_if_unsafe(path, e)

@@ -49,3 +49,31 @@ def test_poll_agrees_a_step_later_without_waiting_on_this_step(process_group, si
     assert [far.poll() for _ in range(5)] == [None] * 5 and far._pending is not None
     far.close()
     assert far._pending is None
+
+
+def test_a_scripts_agreement_is_a_collective_every_few_calls_and_acts_on_a_signal_within_them(process_group,
+                                                                                               sigterm_restored):
+    from airetrain.train.deadline import Agreement
+
+    stopper = Stopper(True, margin_s=60, env={})
+    agreement = Agreement(stopper, CPU, budget_s=10 ** 9, most=8)   # any pace fits: doubles, up to most
+    agreed_every = []
+    for _ in range(40):
+        assert not agreement.stop()
+        if agreement.left == agreement.every:   # this call agreed
+            agreed_every.append(agreement.every)
+    assert agreed_every[:5] == [1, 2, 4, 8, 8]
+    os.kill(os.getpid(), signal.SIGTERM)
+    calls = 1
+    while not agreement.stop():
+        calls += 1
+    assert calls <= 8 and agreement.reason == "signal" and agreement.stop()   # and it stays stopped
+
+
+def test_an_agreement_whose_budget_fits_no_second_call_checks_every_call(process_group, sigterm_restored):
+    from airetrain.train.deadline import Agreement
+
+    agreement = Agreement(Stopper(True, margin_s=0, env={}), CPU)   # no margin: no budget
+    for _ in range(5):
+        agreement.stop()
+        assert agreement.every == 1
