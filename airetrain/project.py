@@ -5,6 +5,7 @@ Nothing is overwritten: every file that exists already is named and nothing is w
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .errors import ConfigError
@@ -57,7 +58,10 @@ BUILT_IN = '''\
 
 SCRIPT = '''\
   data: {{name: synthetic}}                     # nothing to stage; {{name: npy, path: DIR}}: staged for you
-  train: {{script: {script}, args: []}}          # run as torchrun runs it; $AIRETRAIN_DATA_DIR and friends are set'''
+  train: {{script: {script}, args: [--epochs, "5"]}}  # run as torchrun runs it, $AIRETRAIN_DATA_DIR and all set
+  params: {{lr: 1.0e-2}}                          # your script's own values: job.params()'''
+# The script init writes where there is none: a complete DDP script that trains as it is.
+SCRIPT_TEMPLATE = Path(__file__).parent / "workflow" / "templates" / "train.py"
 
 README = '''\
 # {name}
@@ -76,9 +80,11 @@ tables (`efficiency.html`, `results.md`). `profiles/aire/profile.yaml` names the
 '''
 
 
-def layout(gpus: int | None) -> str:
+def layout(gpus: int | None, per_node: int = 3) -> str:
+    """per_node: the GPUs of a node (site:, else Aire's)."""
     if gpus:
-        return f"  gpus: {gpus}                                     # the run's GPUs (3 per Aire node: 4-6 take two)"
+        return (f"  gpus: {gpus}                                     # the run's GPUs: up to {per_node} on one node, "
+                f"more in whole nodes ({2 * per_node}, {3 * per_node}, ...)")
     return ("  gpus: 0                                     # 0: CPU processes; on Aire 1-3 per node, e.g. 3\n"
             "  processes: 2                                # with gpus: 0, this many CPU processes (gloo)")
 
@@ -97,7 +103,13 @@ def files(directory: Path, script: str | None, gpus: int | None, account: str | 
     """What init writes, by path. partition and site: the runs' partition and what SLURM said of it."""
     training = SCRIPT.format(script=script) if script else BUILT_IN
     aire, local = with_account(built_in("aire"), account), built_in("local")
-    config = CONFIG.format(layout=layout(gpus), training=training, **_batch(gpus))
+    per_node = site[0].get("gpus_per_node", 3) if site else 3
+    config = CONFIG.format(layout=layout(gpus, per_node), training=training, **_batch(gpus))
+    if script:   # the script chooses its batch and precision, and reads its params
+        config = re.sub(r"  precision: .*\n", "", config)
+        config = re.sub(r"  batch: .*\n", "  # batch: the script's own (--batch-size); args naming "
+                        "$AIRETRAIN_BATCH_PER_DEVICE get airetrain's, checked\n", config)
+        config = config.replace("# second: {optim: {lr: 1e-3}}", "# second: {params: {lr: 1.0e-3}}")
     if partition:
         config = config.replace("  # slurm: {account: my-account}", f"  slurm: {{partition: {partition}}}"
                                 "                # account: else $SBATCH_ACCOUNT, else the profile's")
@@ -109,6 +121,7 @@ def files(directory: Path, script: str | None, gpus: int | None, account: str | 
         "README.md": README.format(name=directory.absolute().name),
         **{f"profiles/aire/{name}": aire for name in NAMES},
         **{f"profiles/local/{name}": local for name in NAMES},
+        **({script: SCRIPT_TEMPLATE.read_text()} if script and not (directory / script).exists() else {}),
     }
     return {directory / path: text for path, text in found.items()}
 

@@ -43,6 +43,8 @@ def refusals(name: str, run: RunConfig, settings: Settings, problems: list[str])
                         f"train.epochs = {run.train.epochs}: no trial would reach its first rung")
     if not (tune.metric or run.checkpoint.monitor):
         problems.append(f"{where}.metric: give the evaluation figure to tune on (checkpoint.monitor is null)")
+    if tune.sampler_name != "tpe" and "n_startup_trials" in ((tune.sampler or {}).get(tune.sampler_name) or {}):
+        problems.append(f"{where}.sampler.{tune.sampler_name}.n_startup_trials: only tpe has start-up trials")
     if tune.sampler_name == "grid" and any(p.kind in FLOATS for p in params):
         problems.append(f"{where}.sampler: grid needs every space key a choice or an int")
     if run.evaluate:

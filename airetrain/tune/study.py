@@ -30,11 +30,13 @@ def sampler_of(tune: Tune):
     import optuna
 
     name, seed = tune.sampler_name, tune.seed
+    options = (tune.sampler or {}).get(name) or {}
     if name == "grid":
         return optuna.samplers.GridSampler(grid(parameters(tune.space, "tune")), seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed)
+    startup = {"n_startup_trials": options["n_startup_trials"]} if "n_startup_trials" in options else {}
+    return optuna.samplers.TPESampler(seed=seed, **startup)
 
 
 def pruner_of(tune: Tune):
