@@ -22,7 +22,7 @@ from ..fsutil import read_json
 from ..text import clock
 from ..capture import changed
 from ..records import STOPPED, Plan, read_plan
-from ..run_log import LOCK, hangs, left_out, sessions, straggler_text
+from ..run_log import LOCK, hangs, left_out, sessions, starts, straggler_text
 from .jobs import lookup
 from .query import UNAVAILABLE, AccountingUnavailable, query
 
@@ -157,11 +157,25 @@ def run_status(name: str, results: Path, logs: Path, queued: dict | None, accoun
         row["code_changed"] = edited
         row["detail"] = (row["detail"] + " [code changed since this run started]").strip()
     _left_out(row, plan)
+    _started_over(row, plan)
     hung = len(hangs(plan.durable_dir)) if plan else 0
     if hung:
         row["hangs"] = hung
         row["detail"] = (row["detail"] + f" [{hung} hang{'s' if hung > 1 else ''}: see hangs/]").strip()
     return row
+
+
+def _started_over(row: dict, plan: Plan | None) -> None:
+    """A script whose newest session started from step 0 beside durable checkpoints (it never asked
+    job.load_latest): named, since it trains again what the run had trained."""
+    try:
+        newest = starts(plan.durable_dir)[-1:] if plan and plan.script else []
+    except ValueError:   # a line being written this instant
+        return
+    if newest and newest[0].get("started_over"):
+        row["started_over"] = newest[0]["newest"]
+        row["detail"] = (row["detail"] + f" [started over at step 0 beside {Path(newest[0]['newest']).name}: the "
+                         "script never called job.load_latest()]").strip()
 
 
 def _left_out(row: dict, plan: Plan | None) -> dict:

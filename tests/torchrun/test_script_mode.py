@@ -4,10 +4,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
-from conftest import assert_identical, flatten, prepare_training, read_json, run
-from script_mode import PLAIN, WITH_JOB
+from conftest import assert_identical, end_all, flatten, prepare_training, read_json, run, spawn, wait_for
+from script_mode import PLAIN, SAVES_EVERYTHING, WITH_JOB
+from trackers import MlflowServer, histories
 
 
 def script_run(tmp_path, source: str, steps: int, name="s"):
@@ -94,3 +96,54 @@ def test_a_scripts_arguments_name_airetrains_folders_and_nothing_else_is_expande
     assert seen["data"] == staged and seen["files"] == sorted(p.name for p in Path(staged).iterdir()) != []
     assert seen["argv"] == [staged, "--out", f"{out.absolute()}/seen.json", "--tag", "run-reads",
                             "--literal", "$HOME ${USER} $(id) `id` ;"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    started = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    yield started
+    started.stop()
+
+
+def test_a_script_saving_a_namespace_and_numpys_state_resumes_after_a_kill_to_the_same_weights_and_mlflow_run(
+        tmp_path, server):
+    """SIGKILL after the first durable checkpoint, with MLflow holding steps past it: the resume loads that
+    checkpoint whole (it is the run's own, by its recorded sha256), ends bit for bit where an uninterrupted run
+    ends, and its one MLflow run holds every step once, with the uninterrupted run's values."""
+    config = {"processes": 2, "data": {"name": "synthetic"}, "train": {"script": None, "args": ["--epochs", "4"]}}
+
+    def prepared(where: Path, experiment: str):
+        where.mkdir(parents=True)
+        (where / "train.py").write_text(SAVES_EVERYTHING)
+        tracked = {"mlflow": {"tracking_uri": server.url, "experiment": experiment}}
+        return prepare_training(where, {**config, "train": {**config["train"], "script": str(where / "train.py")},
+                                        "tracking": tracked}, "s")
+
+    ref, ref_cmd = prepared(tmp_path / "ref", "ref")
+    run(ref_cmd)
+    out, cmd = prepared(tmp_path / "cut", "cut")
+    hold = tmp_path / "hold"
+    hold.touch()
+    proc = spawn(cmd, tmp_path / "cut.log", env={"HOLD": str(hold)})
+    client, durable = server.client(), tmp_path / "cut/scratch/airetrain/s/checkpoints"
+
+    def mlflow_steps() -> list[int]:
+        ids = durable.parent / "tracking/run.json"
+        run_id = (read_json(ids).get("mlflow") or {}).get("run_id") if ids.exists() else None
+        return [m.step for m in client.get_metric_history(run_id, "train/loss")] if run_id else []
+
+    wait_for(lambda: (durable / "step-00000008.pt").exists() and max(mlflow_steps(), default=0) >= 11, timeout=300,
+             what="a durable checkpoint and MLflow past it", every=0.2)
+    end_all(proc)   # SIGKILL: the launcher, torchrun, the workers
+    assert "resumed" not in (tmp_path / "cut.log").read_text()
+    hold.unlink()
+    resumed = run(cmd)
+    assert "resumed from step 8" in resumed.stdout
+    assert_identical(flatten(torch.load(out / "final.pt", weights_only=True)),
+                     flatten(torch.load(ref / "final.pt", weights_only=True)), at_least=2)
+    train = read_json(out / "train.json")
+    assert [s["step"] for s in train["sessions"]] == [0, 8] and not any(s["started_over"] for s in train["sessions"])
+    reference = histories(client, read_json(ref / "train.json")["tracking"]["mlflow"]["run_id"])
+    cut = histories(client, train["tracking"]["mlflow"]["run_id"])
+    assert [step for step, _ in cut["train/loss"]] == list(range(1, 33))   # each step once
+    assert cut == reference and train["tracking"]["mlflow"]["skipped"] > 0

@@ -91,3 +91,20 @@ def test_a_run_whose_code_changed_since_it_started_says_so_until_it_is_done(tmp_
     row = run_status("x", results, logs, None, {})
     assert row["code_changed"] == ["mylab/models.py"]
     assert row["detail"] == "at step 4/10 (deadline): waiting to resume [code changed since this run started]"
+
+
+def test_a_script_that_started_over_beside_its_durable_checkpoints_is_named(tmp_path):
+    from airetrain.run_log import record_start
+
+    results, script = tmp_path / "results", tmp_path / "train.py"
+    script.write_text("")
+    write_plan(results, tmp_path, "mine", {"train": {"script": str(script)}})
+    run_dir = tmp_path / "scratch/airetrain/mine"
+    newest = str(run_dir / "checkpoints/step-00000400.pt")
+    record_start(run_dir, {"step": 400, "checkpoint": newest, "started_over": False, "newest": newest})
+    assert "started over" not in run_status("mine", results, tmp_path / "logs", None, {})["detail"]
+    record_start(run_dir, {"step": 0, "checkpoint": None, "started_over": True, "newest": newest})
+    row = run_status("mine", results, tmp_path / "logs", None, {})
+    assert row["started_over"] == newest
+    assert "[started over at step 0 beside step-00000400.pt: the script never called job.load_latest()]" \
+        in row["detail"]
