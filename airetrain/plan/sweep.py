@@ -46,9 +46,12 @@ def _nested(dotted: str, value) -> dict:
     return out
 
 
+OWN_VALUE = re.compile(r"^params\.[A-Za-z_][A-Za-z0-9_]*$")   # a script's own values: params.<name>
+
+
 def check_keys(sweep: dict, run_keys: list[str], where: str = "sweep") -> None:
     """Every key of a grid is a dotted run key (run_keys: all of them)."""
-    unknown = [key for key in sweep if key not in run_keys]
+    unknown = [key for key in sweep if key not in run_keys and not OWN_VALUE.match(key)]
     if unknown:
         named = ", ".join(f"{key!r}{did_you_mean(key, run_keys)}" for key in unknown)
         raise ConfigError(f"{where}: unknown key(s) {named}; sweep keys are dotted run "

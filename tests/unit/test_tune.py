@@ -21,6 +21,12 @@ def plans(tmp_path: Path, runs: dict, **top):
                     env={"HOME": "/nonexistent"}, results=tmp_path / "results")
 
 
+def plans_settings(tmp_path: Path):
+    from airetrain.plan.config import resolve
+
+    return resolve({"roots": {"scratch": str(tmp_path / "scratch")}, "runs": {"x": {}}})[0]
+
+
 def refusal(tmp_path: Path, tune: dict, run: dict | None = None, **top) -> str:
     with pytest.raises(ConfigError) as e:
         plans(tmp_path, {"cnn": {**(run or {}), "tune": tune}}, **top)
@@ -59,6 +65,32 @@ def test_the_plan_refuses_what_a_search_cannot_run_naming_each_key(tmp_path):
     assert "runs.cnn.tune.space.model: 'model' is not a key a trial can set" in text
     assert "successive_halving.reduction = 1: it must be at least 2" in text
     assert "successive_halving.min_epochs = 12 is above train.epochs = 9" in text
+
+
+def test_a_search_over_a_script_names_its_own_values_and_its_trials_rung_gives_them_to_it(tmp_path):
+    """A script reads params.<name> (job.params()); a built-in key it never reads is refused with the fix."""
+    from airetrain.train.launcher.script import script_env
+
+    (tmp_path / "train.py").write_text("")
+    script = {"train": {"epochs": 9, "script": str(tmp_path / "train.py")}}
+    text = refusal(tmp_path, {"space": {"optim.lr": {"loguniform": [1.0e-4, 1.0e-1]}}}, script)
+    assert "runs.cnn.tune.space.optim.lr: a script does not read optim.lr; it reads its trial's values with " \
+           "job.params(): name it params.lr" in text
+    space = {"params.lr": {"loguniform": [1.0e-4, 1.0e-1]}, "params.act": {"choice": ["relu", "gelu"]}}
+    assert "sampler.random.n_startup_trials: only tpe" in refusal(
+        tmp_path, {"space": space, "sampler": {"random": {"n_startup_trials": 3}}}, script)
+    tuned = plans(tmp_path, {"cnn": {**script, "tune": {"space": space, "trials": 2}}})["cnn"]
+    decision = decide(tuned, 0, 0, tmp_path / "results")
+    rung = plan_rung(tuned, decision["number"], decision["epochs"], plans_settings(tmp_path), tmp_path / "results")
+    env = script_env(rung, {"target": None}, tmp_path / "results" / rung.results_dir.name, tmp_path / "ck")
+    params = json.loads(trial_file("cnn", 0, tmp_path / "results").read_text())["params"]
+    assert rung.config.params == {"lr": params["params.lr"], "act": params["params.act"]}
+    assert env["AIRETRAIN_MAX_EPOCHS"] == "1" and env["AIRETRAIN_PARAMS"].endswith("cnn-t000-e1/params.json")
+
+
+def test_a_sweep_sets_a_scripts_own_values(tmp_path):
+    runs = plans(tmp_path, {"s": {"params": {"lr": 0.1, "width": 8}}}, sweep={"params.width": [8, 64]})
+    assert [r.config.params for r in runs.values()] == [{"lr": 0.1, "width": 8}, {"lr": 0.1, "width": 64}]
 
 
 def test_trials_at_once_over_the_gpu_cap_are_refused(tmp_path):
