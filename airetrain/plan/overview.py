@@ -1,6 +1,7 @@
 """The plan of every run as one table, printed by the workflow and by `airetrain plan`."""
 from __future__ import annotations
 
+from ..environment import gives_batch
 from ..records import Plan
 from ..text import aligned
 
@@ -15,12 +16,20 @@ def format_table(plans: dict[str, Plan]) -> str:
         rows.append([
             name, p.device, str(p.world_size), str(p.nodes), str(p.nproc_per_node), p.slurm.gres or "-",
             str(p.cpus_per_node), f"{p.mem_gb_per_node:g}G", f"{p.time_min.total}m",
-            f"{b.global_} = {b.per_device} x {p.world_size} x {b.grad_accum}", p.strategy, p.precision,
+            _batch(p), p.strategy, "-" if p.script else p.precision,
         ])
     measured = [f"{name}: resources measured, from {p.right_sized['from']}: " + "; ".join(
         f"{key} {_value(req['value'])} ({req['how']})" for key, req in p.right_sized.items()
         if isinstance(req, dict)) for name, p in plans.items() if p.right_sized]
     return "\n".join([*aligned([header, *rows], rule=True), *measured])
+
+
+def _batch(p: Plan) -> str:
+    """How the batch is made; a script not given the batch (environment.gives_batch) chooses its own."""
+    b = p.batch
+    if p.script and not gives_batch(p.config.train.args):
+        return "the script's own"
+    return f"{b.global_} = {b.per_device} x {p.world_size} x {b.grad_accum}"
 
 
 def _value(value) -> str:
