@@ -37,6 +37,7 @@ Shared (they import only each other):
     records          the files between the steps        typed         typed records to and from JSON
     roots            where data lives (scratch, the fast root)
     run_log          a run's durable logs and record    history       each finished run's profile and figures
+    metrics_log      a run's metric history, durable, and results/<run>/metrics.jsonl restored from it
     sizing           requests sized from measurements (right-sizing and the advice)
     schedule         when to save and to evaluate, where a resume continues
     search_space     a tune's space, its trials' names, configs and rungs

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from . import metrics_log
 from .checkpoint.mirror import MIRROR_INDEX
 from .fsutil import read_json, sha256_file, write_bytes_atomic
 from .records import STOPPED, StopRecord, write_record
@@ -47,6 +48,7 @@ _stopper: Stopper | None = None
 _agreement: Agreement | None = None
 _last_saved: Path | None = None
 _started: dict | None = None   # how this session started: from which checkpoint's step, or over
+_writer = None                 # rank 0's metrics writer (metrics_log.Writer)
 
 
 class CheckpointRefused(RuntimeError):
@@ -222,6 +224,8 @@ def _note_start(step: int | None, checkpoint: str | None = None, asked: bool = T
     run_dir = os.environ.get("AIRETRAIN_RUN_DIR")
     if _rank() == 0 and run_dir:
         record_start(run_dir, {**_started, "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
+    if (writer := _metrics()) is not None:   # the earlier sessions' lines after this step are superseded
+        writer.begin(_started["step"] or 0)
 
 
 def stop_and_requeue(step: int, of_steps: int | None = None) -> None:
@@ -245,10 +249,18 @@ def log(figures: dict) -> None:
     (tune.metric, by "epoch") and the run's trackers read."""
     if isinstance(figures.get("step"), int):
         _note_start(0, asked=False)
-    results = os.environ.get("AIRETRAIN_RESULTS_DIR")
-    if _rank() == 0 and results:
-        with open(Path(results) / "metrics.jsonl", "a") as f:
-            f.write(json.dumps({**figures, "time": time.time()}) + "\n")
+    if (writer := _metrics()) is not None:
+        writer.write({**figures, "time": time.time()})
+
+
+def _metrics() -> metrics_log.Writer | None:
+    """Rank 0's writer of the run's metrics (the durable history, then results/<run>/metrics.jsonl)."""
+    global _writer
+    results, run_dir = os.environ.get("AIRETRAIN_RESULTS_DIR"), os.environ.get("AIRETRAIN_RUN_DIR")
+    if _writer is None and _rank() == 0 and results:
+        _writer = metrics_log.Writer(metrics_log.durable_path(run_dir) if run_dir else None,
+                                     Path(results) / metrics_log.NAME)
+    return _writer
 
 
 def _append(path: Path, line: dict) -> None:

@@ -4,7 +4,7 @@ A finished run's newest checkpoint is its end: run again, it resumes there and t
 retrain it, its checkpoints go (on scratch and on the fast root this shell sees; a job's own fast
 root is purged when the job ends), with its captured code, the copy of its finished record on
 scratch and its results directory. Its history (history.jsonl, sessions, stops) stays: it is what
-right-sizing learns from. Its tracker run (W&B, MLflow) is kept and marked superseded: the retraining
+right-sizing learns from. Its metric history is kept aside as superseded (metrics_log.py). Its tracker run (W&B, MLflow) is kept and marked superseded: the retraining
 starts a new one, and tags the old one so. Nothing outside the run's own directories is touched. A
 search (tune:) restarts whole: its study, its table, and each trial as a run.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from . import metrics_log
 from .records import Plan
 from .roots import fast_run_dir, is_under
 from .text import did_you_mean
@@ -84,6 +85,7 @@ def restart(plans: dict[str, Plan], names: list[str], results: Path, confirm) ->
             shutil.rmtree(path)
         else:
             path.unlink()
-    for plan in superseded:
+    for plan in superseded:   # a new tracker run and a new metric history; the old ones kept, as superseded
         supersede(plan.durable_dir)
+        metrics_log.supersede(plan.durable_dir)
     return paths

@@ -12,7 +12,6 @@ def format_table(plans: dict[str, Plan]) -> str:
               "time", "global = per_device x world x accum", "strategy", "precision"]
     rows = []
     for name, p in plans.items():
-        b = p.batch
         rows.append([
             name, p.device, str(p.world_size), str(p.nodes), str(p.nproc_per_node), p.slurm.gres or "-",
             str(p.cpus_per_node), f"{p.mem_gb_per_node:g}G", f"{p.time_min.total}m",

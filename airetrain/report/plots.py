@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import matplotlib
@@ -11,6 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import PercentFormatter  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from .. import metrics_log  # noqa: E402
 
 EFFICIENCIES = {"cpu_eff": "CPU", "mem_eff": "memory", "time_eff": "time", "gpu_util": "GPU"}
 
@@ -63,7 +64,7 @@ def loss_plot(df: pd.DataFrame, results: Path | None):
     for run in df["run"]:
         path = results / str(run) / "metrics.jsonl" if results else None
         if path and path.exists():
-            lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip().startswith("{")]
+            lines = metrics_log.read(path)
             points = [p for p in lines if "step" in p and "loss" in p]   # a script's own lines may lack them
             train, = ax.plot([p["step"] for p in points], [p["loss"] for p in points], label=f"{run} (train)")
             evals = sorted({p["step"]: p["eval_loss"] for p in lines if "step" in p and "eval_loss" in p}.items())

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import metrics_log
 from ..fsutil import read_json
 from ..schema import flatten
 from ..tracking.names import label
@@ -37,8 +38,7 @@ def _time_to_best(run_dir: Path, best_step: int | None) -> float | None:
     if best_step is None or not path.exists():
         return None
     seconds = None
-    for line in path.read_text().splitlines():
-        m = json.loads(line)
+    for m in metrics_log.read(path):
         if "elapsed_s" in m and m.get("step", 0) <= best_step:
             seconds = m["elapsed_s"]
     return seconds
@@ -127,7 +127,7 @@ def curves(results: Path, rows: list[dict], metric: str) -> pd.DataFrame:
         path = Path(results) / row["run"] / "metrics.jsonl"
         if row["finished"] and path.exists():
             points += [{"group": row["group"], "run": row["run"], "step": m["step"], "value": m[metric]}
-                       for m in map(json.loads, path.read_text().splitlines()) if m.get(metric) is not None]
+                       for m in metrics_log.read(path) if m.get(metric) is not None]
     if not points:
         return pd.DataFrame(columns=["group", "step", "mean", "sd"])
     frame = pd.DataFrame(points).drop_duplicates(["run", "step"], keep="last")

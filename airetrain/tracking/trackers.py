@@ -4,9 +4,9 @@ Nothing here runs at the workflow's parse: the tracker run is created or continu
 first session that logs, and ended by the promote step."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from .. import metrics_log
 from ..records import Plan
 from .identity import Identity
 from .mlflow_sink import MlflowSink
@@ -81,11 +81,7 @@ def backlog(metrics: Path, upto: int) -> list[tuple[int, dict]]:
     if not upto or not metrics.exists():
         return []
     by_step: dict[int, dict] = {}
-    for text in metrics.read_text().splitlines():
-        try:
-            line = json.loads(text)
-        except ValueError:
-            continue   # a line cut by a kill
+    for line in metrics_log.read(metrics):
         if isinstance(line.get("step"), int) and 0 < line["step"] <= upto:
             by_step[line["step"]] = {**by_step.get(line["step"], {}), **line}
     return sorted(by_step.items())

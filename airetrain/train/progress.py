@@ -1,13 +1,13 @@
 """This session's progress: step times, data waits, the loss since the last log line, metrics.jsonl."""
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
 
 import torch
 
+from .. import metrics_log
 from ..records import Plan
 from . import efficiency
 from .parallel import process_group
@@ -34,7 +34,10 @@ class Progress:
         self.sinks = [sink for sink in (curves, tracker) if sink is not None]
         self.global_batch = plan.batch.global_
         self.log_every = plan.config.train.log_every_steps
-        self.file = open(metrics_path, "a") if d.is_main else None
+        self.file = None
+        if d.is_main:   # the durable history first, then results/<run>/metrics.jsonl (metrics_log.py)
+            self.file = metrics_log.Writer(metrics_log.durable_path(plan.durable_dir), metrics_path)
+            self.file.begin(start_step)
         self.steps = 0                      # optimizer steps in this session
         self.wait_s = self.step_s = 0.0     # seconds waiting for data, seconds of whole steps
         self.loss = float("nan")            # mean loss of the last logged window, over ranks
@@ -102,8 +105,7 @@ class Progress:
                 self._write(line)
 
     def _write(self, line: dict) -> None:
-        self.file.write(json.dumps(line) + "\n")
-        self.file.flush()
+        self.file.write(line)
 
     def exclude(self, seconds: float) -> None:
         """Keep `seconds` (an evaluation's) out of the training figures: they count from later starts."""

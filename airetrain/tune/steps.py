@@ -15,9 +15,9 @@ for this step is found by its slot and step, and a rung already told is not told
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from .. import metrics_log
 from ..direction import direction
 from ..fsutil import read_json, write_json_atomic
 from ..records import Plan
@@ -63,14 +63,9 @@ def evaluations(folder: Path, metric: str, after: int, upto: int) -> tuple[list[
     train = read_json(folder / "train.json")
     per_epoch = train.get("steps_per_epoch")
     by_epoch = {}
-    with open(folder / "metrics.jsonl") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except ValueError:   # a line cut by a kill
-                continue
-            if record.get(metric) is not None and (epoch := _epoch_of(record, per_epoch)) is not None:
-                by_epoch[epoch] = record[metric]
+    for record in metrics_log.read(folder / metrics_log.NAME):
+        if record.get(metric) is not None and (epoch := _epoch_of(record, per_epoch)) is not None:
+            by_epoch[epoch] = record[metric]
     out = [(epoch, value) for epoch, value in sorted(by_epoch.items()) if after < epoch <= upto]
     stopped = train.get("stopped_early")
     return out, bool(stopped)

@@ -1,6 +1,6 @@
 """The trainer's pieces, in this process as rank 0 of a one-rank gloo group (no torchrun):
 train/step.py, train/evaluate.py, train/progress.py and train/summary.py."""
-import json
+
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from airetrain import records
+from airetrain import metrics_log, records
 from airetrain.checkpoint.background import WritePath
 from airetrain.schedule import Position
 from airetrain.train.parallel.process_group import Dist
@@ -102,14 +102,16 @@ def test_evaluate_scores_every_sample_once(process_group):
 
 
 def test_progress_logs_every_n_steps_and_the_last_with_the_windows_mean_loss(process_group, tmp_path):
-    progress = Progress(D, PLAN, total_steps=5, metrics_path=tmp_path / "metrics.jsonl")
+    plan = PLAN.replace(durable_dir=tmp_path / "durable")
+    progress = Progress(D, plan, total_steps=5, metrics_path=tmp_path / "metrics.jsonl")
     for step, loss in enumerate([1.0, 3.0, 5.0, 7.0, 9.0], start=1):
         progress.step_done(step, 0, torch.tensor(loss), wait_s=0.25, step_s=1.0)
         if step == 3:   # an evaluation during training: a line of its own
             progress.evaluated(3, 0, {"loss": 0.7, "metrics": {"accuracy": 0.5}})
     progress.evaluated(5, 0, {"loss": 0.5, "metrics": {"accuracy": 0.75}})   # the final one joins the last line
     progress.close()
-    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    lines = metrics_log.read(tmp_path / "metrics.jsonl")
+    assert (tmp_path / "durable/metrics.jsonl").read_text() == (tmp_path / "metrics.jsonl").read_text()
     assert [line["step"] for line in lines] == [2, 3, 4, 5]
     train = [line for line in lines if "loss" in line]
     assert [line["loss"] for line in train] == [2.0, 6.0, 9.0]

@@ -23,7 +23,7 @@ from ...environment import with_user_settings
 from ...records import STOPPED, Plan, StopRecord, read_record
 from ...run_log import LAUNCH_ID, hangs, record_health, record_stop
 from ...slurm import job_restarts, requeue_without, srun_per_node
-from ... import capture
+from ... import capture, metrics_log
 from .lock import RunLock
 
 
@@ -130,6 +130,8 @@ def run(plan: Plan, script: str, script_args: list[str], out: str, extra_env: di
     lock.acquire()   # one trainer per run: another live job or process training it is waited for
     try:
         marker.unlink(missing_ok=True)
+        # the metrics of earlier sessions, where Snakemake removed them before it ran the job again
+        metrics_log.restore(metrics_log.durable_path(plan.durable_dir), Path(out) / metrics_log.NAME)
         print("launch:", shlex.join(cmd), flush=True)
         child = subprocess.Popen(cmd, env=env)
         in_slurm = bool(env.get("SLURM_JOB_ID"))

@@ -7,12 +7,12 @@ metrics.jsonl says, and names the mirrored checkpoint directory for the promote 
 """
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 from pathlib import Path
 
+from ... import metrics_log
 from ...checkpoint import store
 from ...checkpoint.mirror import Mirror
 from ...environment import expand_script_args, gives_batch
@@ -58,9 +58,7 @@ def script_env(plan: Plan, staged: dict, out: Path, checkpoints: Path, resumable
 
 
 def _metrics(out: Path) -> list[dict]:
-    path = out / "metrics.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
-    return [json.loads(line) for line in lines if line.strip().startswith("{")]
+    return metrics_log.read(out / metrics_log.NAME)
 
 
 def run_script(plan: Plan, stage_path: str, out: str) -> int:
@@ -68,7 +66,6 @@ def run_script(plan: Plan, stage_path: str, out: str) -> int:
     out = Path(out)
     checkpoints = run_dir(Path(staged["fast_root"]), plan.run) / "checkpoints"   # the fast root staging used
     checkpoints.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.jsonl").touch()
     write_json_atomic(out / PARAMS, plan.config.params)
     mirror = Mirror(checkpoints, plan.checkpoints_dir)
     # this start of the script, with the newest durable file it may resume from (a requeued job's fast
