@@ -75,7 +75,7 @@ class Airetrain(pl.Callback):
         self.stopped_at: int | None = None
         self._logged = -1
         self._t0 = time.perf_counter()
-        self._samples = 0
+        self._batches = 0   # this session's, counted each batch; their samples only at a log line
 
     @staticmethod
     def resume_path() -> str | None:
@@ -111,15 +111,17 @@ class Airetrain(pl.Callback):
         self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        # every batch: a count and the stop check, nothing more (the line's figures only at a log step)
         step = trainer.global_step
-        self._samples += (_batch_size(batch) or 0) * trainer.world_size
+        self._batches += 1
         if step != self._logged and step % trainer.log_every_n_steps == 0:
             self._logged = step
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
             seconds = time.perf_counter() - self._t0
+            samples = self._batches * (_batch_size(batch) or 0) * trainer.world_size   # batches of one size
             job.log({"step": step, "of_steps": trainer.estimated_stepping_batches, "epoch": trainer.current_epoch,
                      **({"loss": float(loss)} if loss is not None else {}),
-                     **({"samples_per_s": self._samples / seconds} if seconds else {})})
+                     **({"samples_per_s": samples / seconds} if seconds else {})})
         if job.should_stop():   # every rank, every batch: the ranks agree
             trainer.save_checkpoint(job.checkpoint_dir() / f"step-{step:08d}.ckpt")
             trainer.should_stop = True
