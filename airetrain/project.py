@@ -145,7 +145,7 @@ def init(directory: str | Path = ".", script: str | None = None, gpus: int | Non
             raise ConfigError(f"--partition {partition!r}: a SLURM name is letters, digits, '_', '.' and '-'")
         from .site_facts import read_site
 
-        facts, missing, _ = read_site(partition)
+        facts, missing, _, _ = read_site(partition)
         if not facts:
             raise ConfigError(f"--partition {partition}: {missing[0]}; run init on the cluster's login node")
         site = (facts, missing)

@@ -4,9 +4,10 @@ A finished run's newest checkpoint is its end: run again, it resumes there and t
 retrain it, its checkpoints go (on scratch and on the fast root this shell sees; a job's own fast
 root is purged when the job ends), with its captured code, the copy of its finished record on
 scratch and its results directory. Its history (history.jsonl, sessions, stops) stays: it is what
-right-sizing learns from. Its metric history is kept aside as superseded (metrics_log.py). Its tracker run (W&B, MLflow) is kept and marked superseded: the retraining
-starts a new one, and tags the old one so. Nothing outside the run's own directories is touched. A
-search (tune:) restarts whole: its study, its table, and each trial as a run.
+right-sizing learns from; its metric history is kept aside, as superseded (metrics_log.py). Its tracker
+run (W&B, MLflow) is kept and marked superseded: the retraining starts a new one, and tags the old one so.
+Nothing outside the run's own directories is touched. A search (tune:) restarts whole: its study, its
+table, and each trial as a run.
 """
 from __future__ import annotations
 

@@ -11,12 +11,14 @@ def _site(args) -> None:
 
     from .site_facts import fast_root, read_site
 
-    site, missing, partition = read_site(args.partition, args.qos)
+    site, missing, partition, sources = read_site(args.partition, args.qos)
     if not site:
         print(f"airetrain: {missing[0]}", file=sys.stderr)
         sys.exit(1)
     text = yaml.safe_dump({"site": site}, sort_keys=False)
     print(f"# partition {partition}, read from SLURM\n{text}", end="")
+    for key, where in sources.items():
+        print(f"# {key}: {where}")
     if fast := fast_root():
         print(f"# the fast root: {fast}")
     for line in missing:

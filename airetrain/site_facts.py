@@ -1,13 +1,14 @@
 """The site's facts read from SLURM itself (`airetrain site`), and where a config's `site:` disagrees with them.
 
-    read_site(partition, qos)   ({site key: value} SLURM gives for a partition, [what it could not find])
+    read_site(partition, qos)   ({site key: value} SLURM gives for a partition, [what it could not find], ...)
     fast_root()                 inside a job: its fast root, and whether its nodes share it
     disagreements(site, read)   the config's site: keys that differ from what SLURM says
 
-From scontrol show partition (its nodes and MaxTime), scontrol show node (each node's CPUTot, RealMemory
-and gpu gres: the smallest node counts, as a job must fit any of them), and sacctmgr's QoS
-(MaxTRESPerUser gres/gpu). The fast root is told from the environment where this runs inside a job
-($TMP_SHARED, else $TMPDIR); on a login node it cannot be told, and the list of what was not found says so.
+From scontrol show partition (its nodes, MaxTime and QoS), scontrol show node (each node's CPUTot, RealMemory
+and gpu gres: the smallest node counts, as a job must fit any of them), and sacctmgr: the GPU limits of the
+job's QoS, the partition's QoS and the user's association, the one that binds (gpu_cap). The fast root is
+told from the environment where this runs inside a job ($TMP_SHARED, else $TMPDIR); on a login node it
+cannot be told, and the list of what was not found says so.
 """
 from __future__ import annotations
 
@@ -49,15 +50,17 @@ def gpu_gres(gres: str) -> tuple[int, str | None]:
     return 0, None
 
 
-def read_site(partition: str | None = None, qos: str | None = None, env=None) -> tuple[dict, list[str], str | None]:
+def read_site(partition: str | None = None, qos: str | None = None,
+              env=None) -> tuple[dict, list[str], str | None, dict[str, str]]:
     """(the site facts SLURM gives for the partition (its default where None), what could not be found and
-    why, the partition read)."""
+    why, the partition read, {fact: where it came from} where a fact has several possible sources)."""
     env = os.environ if env is None else env
     missing: list[str] = []
+    sources: dict[str, str] = {}
     partition = partition or default_partition(env)
     text = _run(["scontrol", "show", "partition", "-o", partition], env) if partition else None
     if not text:
-        return {}, [f"SLURM does not answer here (scontrol show partition {partition or '(default)'})"], partition
+        return {}, [f"SLURM does not answer here (scontrol show partition {partition or '(default)'})"], partition, {}
     part = _pairs(text)
     site: dict = {}
     hours = duration_s(part.get("MaxTime")) if part.get("MaxTime") not in (None, "UNLIMITED") else None
@@ -79,16 +82,17 @@ def read_site(partition: str | None = None, qos: str | None = None, env=None) ->
         site["mem_gb_per_node"] = round(min(int(n.get("RealMemory", 0)) for n in nodes) / 1024, 1)
     else:
         missing.append(f"the nodes of partition {partition}: scontrol show node gave nothing")
-    cap = _gpu_cap(qos, env)
+    cap = gpu_cap(part.get("QoS"), qos, env)
     if cap is not None:
-        site["max_gpus_per_user"] = cap
+        site["max_gpus_per_user"], sources["max_gpus_per_user"] = cap
     else:
-        missing.append(f"max_gpus_per_user: QoS {qos or '(your default)'} has no gres/gpu in MaxTRESPerUser "
-                       "(or accounting does not answer)")
+        missing.append(f"max_gpus_per_user: no gres/gpu limit in QoS {qos or '(your default)'}, partition "
+                       f"{partition}'s QoS ({part.get('QoS', 'N/A')}) or your association (or accounting does not "
+                       "answer)")
     if fast_root(env) is None:
         missing.append("the fast root: not told on a login node (srun -p PARTITION -t 1 airetrain site reads a "
                        "job's $TMP_SHARED or $TMPDIR)")
-    return site, missing, partition
+    return site, missing, partition, sources
 
 
 def fast_root(env=None) -> str | None:
@@ -102,16 +106,33 @@ def fast_root(env=None) -> str | None:
     return None
 
 
-def _gpu_cap(qos: str | None, env) -> int | None:
-    """A QoS's GPUs per user (MaxTRESPerUser gres/gpu=N); qos None: the user's default QoS, else normal."""
-    if qos is None:
-        # $USER is unset in some shells (a container's, cron's): the account database's name for this uid then
-        user = env.get("USER") or env.get("LOGNAME") or pwd.getpwuid(os.getuid()).pw_name
-        out = _run(["sacctmgr", "-nP", "show", "assoc", "where", f"user={user}", "format=DefaultQOS"], env) or ""
-        qos = next((line.strip() for line in out.splitlines() if line.strip()), "normal")
-    out = _run(["sacctmgr", "-nP", "show", "qos", qos, "format=MaxTRESPerUser"], env)
-    match = re.search(r"gres/gpu=(\d+)", out or "")
-    return int(match[1]) if match else None
+def _gpu_limits(text: str, fields: tuple[str, ...]) -> list[tuple[int, str]]:
+    """[(GPUs, field)] of sacctmgr's -P lines whose fields (in that order) set gres/gpu=N."""
+    out = []
+    for line in text.splitlines():
+        for field, value in zip(fields, line.split("|")):
+            if match := re.search(r"gres/gpu=(\d+)", value):
+                out.append((int(match[1]), field))
+    return out
+
+
+def gpu_cap(partition_qos: str | None, qos: str | None, env) -> tuple[int, str] | None:
+    """The GPUs a user may hold at once, as they bind a job submitted as the plan submits it (in the
+    partition, under qos, else the user's default QoS), and where the binding limit is set: the smallest of
+    the job's QoS and the partition's QoS (MaxTRESPerUser, and GrpTRES, which all users share) and the user's
+    association (GrpTRES; MaxTRES, a job's). None where none of them limits GPUs."""
+    # $USER is unset in some shells (a container's, cron's): the account database's name for this uid then
+    user = env.get("USER") or env.get("LOGNAME") or pwd.getpwuid(os.getuid()).pw_name
+    assoc = _run(["sacctmgr", "-nP", "show", "assoc", "where", f"user={user}", "format=DefaultQOS,GrpTRES,MaxTRES"],
+                 env) or ""
+    qos = qos or next((line.split("|")[0] for line in assoc.splitlines() if line.split("|")[0]), "normal")
+    found = [(n, f"your association's {field}") for n, field in _gpu_limits(assoc, ("DefaultQOS", "GrpTRES",
+                                                                                    "MaxTRES"))]
+    for name, whose in ((qos, f"QoS {qos} (the job's)"), (partition_qos, f"the partition's QoS {partition_qos}")):
+        if name and name not in ("N/A", "(null)"):
+            out = _run(["sacctmgr", "-nP", "show", "qos", name, "format=MaxTRESPerUser,GrpTRES"], env) or ""
+            found += [(n, f"{whose} {field}") for n, field in _gpu_limits(out, ("MaxTRESPerUser", "GrpTRES"))]
+    return min(found) if found else None
 
 
 def disagreements(site: dict, read: dict) -> list[str]:

@@ -236,7 +236,7 @@ def slurm_disagrees(plans: dict[str, Plan], settings: Settings, env=None) -> lis
         return []
     out = []
     for partition in sorted({p.slurm.partition.split(",")[0] for p in plans.values() if p.gpus}):
-        read, _, _ = read_site(partition, env=env)
+        read = read_site(partition, env=env)[0]
         if differs := disagreements(settings.site.to_dict(), read):
             out.append(f"site: disagrees with SLURM's partition {partition}: {'; '.join(differs)} (airetrain site "
                        f"--partition {partition} --write config/site.yaml writes SLURM's; give it after the config)")

@@ -24,15 +24,16 @@ from frameworks import HF_TRAINER  # noqa: E402
 from script_mode import SAVES_EVERYTHING  # noqa: E402
 
 pytestmark = pytest.mark.e2e
-# (the twin trained without a kill, the victim): a save every 15 of 22 steps and a line each step; a script
-# saving at each of its 4 epochs of 8 steps; the HF Trainer saving every 10 of 40 steps, a line every 5
+# (the twin trained without a kill, the victim), each long enough (held at 0.5-1 s a step) to be mid-run when
+# the slowest reaches its first durable checkpoint: 3 epochs of 22 steps saved every 15, a line each step; a
+# script saving at each of its 12 epochs of 8 steps; the HF Trainer saving every 10 of 80 steps, a line every 5
 BUILT_IN = {"processes": 2, "precision": "fp32", "batch": {"global": 64, "per_device": 32}, "model": {"dropout": 0.2},
-            "train": {"epochs": 1, "log_every_steps": 1}, "checkpoint": {"every_steps": 15}}
+            "train": {"epochs": 3, "log_every_steps": 1}, "checkpoint": {"every_steps": 15}}
 SCRIPT = {"processes": 2, "data": {"name": "synthetic"}}
 PAIRS = {"builtin": ({**BUILT_IN}, {**BUILT_IN, "model": {"name": "ownlab.lab:paced", "dropout": 0.2}}),
-         "script": ({**SCRIPT, "train": {"script": "own.py"}},) * 2,
-         "hf": ({**SCRIPT, "train": {"script": "hf.py", "args": ["--steps", "40"]}},) * 2}
-STEPS = {"builtin": 1437 // 64, "script": 32, "hf": 40}
+         "script": ({**SCRIPT, "train": {"script": "own.py", "args": ["--epochs", "12"]}},) * 2,
+         "hf": ({**SCRIPT, "train": {"script": "hf.py", "args": ["--steps", "80"]}},) * 2}
+STEPS = {"builtin": 3 * (1437 // 64), "script": 96, "hf": 80}
 # each victim's durable checkpoint before the kill: past what MLflow can hold (the HF Trainer logs every 5 steps,
 # and its sender may have one more line on its way when the server stops)
 SAVED = {"builtin": 15, "script": 8, "hf": 20}
@@ -40,7 +41,8 @@ SAVED = {"builtin": 15, "script": 8, "hf": 20}
 
 def snakemake(work, config: str, *args, env=None, background=False):
     cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), "--configfile", config, *args]
-    return spawn(cmd, work / "victims.log", env=env) if background else run(cmd, cwd=work, env=env, timeout=1200)
+    return spawn(cmd, work / "victims.log", cwd=work, env=env) if background else \
+        run(cmd, cwd=work, env=env, timeout=1200)
 
 
 def durable_step(work, kind: str) -> int:
@@ -77,7 +79,7 @@ def rerun(tmp_path_factory):
     proc = snakemake(work, "victims.yaml", "--cores", "6", env={**env, "HOLD": str(hold)}, background=True)
     wait_for(lambda: all(mlflow_step(kind) > 0 for kind in PAIRS), timeout=600, what="every victim in MLflow",
              every=0.5)
-    os.kill(server.proc.pid, signal.SIGSTOP)   # MLflow holds what it has: the senders' queues fill
+    os.killpg(server.proc.pid, signal.SIGSTOP)   # the server and its workers: the senders' queues fill
     try:
         logged = lambda kind: max((line.get("step", 0) for line in metrics_log.read(  # noqa: E731
             work / "results" / f"{kind}-vic" / "metrics.jsonl")), default=0)
@@ -85,9 +87,10 @@ def rerun(tmp_path_factory):
                  timeout=600, what="every victim past its first durable checkpoint", every=0.5)
         end_all(proc)   # SIGKILL: Snakemake, the launchers, torchrun, the ranks, W&B's services
     finally:
-        os.kill(server.proc.pid, signal.SIGCONT)
+        os.killpg(server.proc.pid, signal.SIGCONT)
     behind = {kind: (mlflow_step(kind), durable_step(work, kind)) for kind in PAIRS}
     hold.unlink()
+    snakemake(work, "victims.yaml", "--unlock", env=env)   # the killed Snakemake's lock
     snakemake(work, "victims.yaml", "--cores", "2", "--rerun-incomplete", env=env)
     yield work, client, behind
     server.stop()

@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from airetrain import metrics_log
 from conftest import BIN, read_json, run
 
 pytestmark = pytest.mark.e2e
@@ -129,5 +130,8 @@ def test_a_promoted_trials_next_rung_resumes_from_its_last_checkpoint_and_retrai
         assert resumed["step"] == ended == 32 and not resumed["started_over"]
         recorded = read_json(first / "checkpoint.json")["files"][Path(resumed["checkpoint"]).name]
         assert hashlib.sha256(Path(resumed["checkpoint"]).read_bytes()).hexdigest() == recorded
-        steps = [line["step"] for line in map(json.loads, open(then / "metrics.jsonl"))]
+        lines = metrics_log.parse((then / "metrics.jsonl").read_text())   # the trial's history, this rung's last
+        begun = max(i for i, line in enumerate(lines) if metrics_log.BEGIN in line)
+        assert lines[begun][metrics_log.BEGIN] == ended
+        steps = [line["step"] for line in lines[begun + 1:]]
         assert min(steps) > ended and max(steps) == 3 * 32   # no step of the first rung trained again

@@ -1,14 +1,17 @@
-"""A search through the pipeline (tune:, one slot): each trial a run of its own trained rung by rung, the
-promoted ones resumed from their checkpoints, and the study the same, trial by trial, as a plain Optuna
-study over the same space fed the same figures. A user model's own hyperparameter (model.options) is
-in the space."""
+"""A search through the pipeline (tune:, one slot), killed mid-search and run again: each trial a run of its
+own trained rung by rung, the promoted ones resumed from their checkpoints, and the study the same, trial by
+trial, as a plain Optuna study over the same space fed the same figures, past TPE's start-up trials. A user
+model's own hyperparameter (model.options) is in the space."""
 import csv
+import hashlib
 import json
 
 import pytest
 import yaml
 
-from conftest import read_json, snakemake
+from airetrain import metrics_log
+from airetrain.run_log import sessions
+from conftest import end_all, read_json, snakemake, snakemake_cmd, spawn, wait_for
 from user_code import write_ownlab
 
 pytestmark = pytest.mark.e2e
@@ -17,7 +20,8 @@ TUNED = {"gpus": 0, "processes": 1, "precision": "fp32",
          "model": {"name": "ownlab.lab:tunable", "options": {"hidden": 16}},
          "data": {"name": "ownlab.lab:regression_data"}, "batch": {"global": 64, "per_device": 32},
          "optim": {"name": "adamw", "lr": 0.01}, "train": {"epochs": 4, "loss": "ownlab.lab:mse", "seed": 0},
-         "tune": {"space": SPACE, "trials": 4, "sampler": {"tpe": {"seed": 3}},
+         "checkpoint": {"keep": 10},   # every rung's last checkpoint kept, for the test to read its bytes
+         "tune": {"space": SPACE, "trials": 4, "sampler": {"tpe": {"seed": 3, "n_startup_trials": 2}},
                   "pruner": {"successive_halving": {"min_epochs": 1, "reduction": 2}}, "parallel": 1}}
 
 
@@ -34,7 +38,8 @@ def plain_study(reported: dict[tuple, dict[int, float]]):
     trial with the same parameters reported (a KeyError: the plain study proposed parameters the pipeline did not)."""
     import optuna
 
-    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=3),
+    tpe = optuna.samplers.TPESampler(seed=3, n_startup_trials=2)   # 2 at random, then TPE's model proposes
+    study = optuna.create_study(direction="minimize", sampler=tpe,
                                 pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2))
     for _ in range(4):
         trial = study.ask()
@@ -58,7 +63,12 @@ def searched(tmp_path_factory):
     cfg = work / "c.yaml"   # the space's keys in the order written: the order the study suggests them in
     cfg.write_text(yaml.safe_dump({"roots": {"scratch": str(work / "scratch")}, "runs": {"reg": TUNED}},
                                   sort_keys=False))
-    snakemake(work, cfg, "--cores", "2")
+    # killed mid-search, after the second trial's first rung (Snakemake and all it started), then run again
+    proc = spawn(snakemake_cmd(work, cfg, "--cores", "2"), work / "killed.log", cwd=work)
+    wait_for(lambda: (work / "results/reg-t001-e1/train.json").exists(), timeout=600, what="trial 1's first rung")
+    end_all(proc)
+    snakemake(work, cfg, "--unlock")   # the killed Snakemake's lock
+    snakemake(work, cfg, "--cores", "2", "--rerun-incomplete")
     return work
 
 
@@ -75,6 +85,16 @@ def test_each_trial_trains_rung_by_rung_and_a_promoted_one_resumes_from_its_chec
             then = read_json(searched / f"results/{row['run']}-e{after}/train.json")
             assert then["resumed_from_step"] == first["steps"] > 0
             assert then["steps_this_session"] == then["steps"] - first["steps"]
+            # it loaded the checkpoint the earlier rung ended with: its bytes are those recorded at that rung's end
+            ended = read_json(searched / f"results/{row['run']}-e{before}/checkpoint.json")
+            session = next(s for s in sessions(searched / "scratch/airetrain" / row["run"])
+                           if s["resumed_from_step"] == first["steps"])
+            assert session["checkpoint"] == ended["path"]
+            assert hashlib.sha256(open(ended["path"], "rb").read()).hexdigest() == ended["sha256"]
+            lines = metrics_log.parse((searched / f"results/{row['run']}-e{after}/metrics.jsonl").read_text())
+            begun = max(i for i, line in enumerate(lines) if metrics_log.BEGIN in line)   # this rung's session
+            assert lines[begun][metrics_log.BEGIN] == first["steps"]
+            assert min(line["step"] for line in lines[begun + 1:]) > first["steps"]   # no step trained again
         plan = read_json(searched / f"results/{row['run']}-e{trained[-1]}/plan.json")
         assert plan["run"] == row["run"]   # the rung trains as its trial: the trial's checkpoints, lock and trackers
         assert plan["config"]["model"]["options"]["hidden"] == int(row["model.options.hidden"])

@@ -26,6 +26,7 @@ import pytest
 import torch
 import yaml
 
+from airetrain import metrics_log
 from airetrain.run_log import stops
 from conftest import (assert_identical, ending_what_it_starts, flatten, make_plan, newest_step, read_json, run,
                       snakemake_cmd, spawn, wait_for, write_config)
@@ -152,13 +153,15 @@ def retry_a_stop_the_job_cannot_requeue(work, cfg, env) -> str:
     gets a SIGTERM (as a preemption without requeue sends it) once it has a checkpoint. Returns the
     job that got it."""
     config = yaml.safe_load(cfg.read_text())
-    config["runs"]["retried"] = {"model": PACED, "time_min": {"stage": 2, "train": 10, "promote": 2}}
+    config["runs"]["retried"] = {"model": PACED, "time_min": {"stage": 2, "train": 10, "promote": 2},
+                                 "tracking": config["runs"]["ref"]["tracking"]}
     cfg2 = write_config(work / "config-retried.yaml", config)
     hold = work / "hold-retried"
     hold.touch()
     second = spawn(snakemake_cmd(work, cfg2, *SLURM_ARGS), work / "second.log", cwd=work,
                    env={**env, "HOLD": str(hold)})
-    wait_for(lambda: newest_step(durable(work, "retried")) >= 10, timeout=400, what="retried's checkpoint")
+    # past the first epoch's evaluation (step 22): the job that fails has lines Snakemake removes before its retry
+    wait_for(lambda: newest_step(durable(work, "retried")) >= 30, timeout=400, what="retried's checkpoint")
     job = sessions(work, "retried")[-1]["slurm_job_id"]
     steps = run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"], env=env).stdout.split("\n")
     torchrun_step = next(line.split()[0] for line in steps if line.endswith(" bash"))   # srun bash -c 'exec torchrun'
@@ -247,8 +250,20 @@ def test_a_stop_the_job_cannot_requeue_exits_75_and_the_profiles_retries_resume_
     jobs = [s["slurm_job_id"] for s in sessions(work, "retried")]
     assert jobs[0] == first_job and len(set(jobs)) == 2, jobs   # resubmitted by Snakemake, not requeued
     summary = read_json(work / "results/retried/train.json")
-    assert summary["steps"] == STEPS and summary["resumed_from_step"] == stopped[0]["step"] >= 10
+    assert summary["steps"] == STEPS and summary["resumed_from_step"] == stopped[0]["step"] >= 30
     assert_identical(final_state(work, "retried"), final_state(work, "ref"))
+    # the failed job's lines (the first epoch's evaluation) survive Snakemake's removal of metrics.jsonl, once
+    lines = {name: [(line["step"], line.get("loss"), line.get("eval_loss")) for line in
+                    metrics_log.read(work / "results" / name / "metrics.jsonl") if "step" in line]
+             for name in ("retried", "ref")}
+    assert lines["retried"] == lines["ref"] and lines["ref"][0][0] == 1437 // 64
+    ours, theirs = (read_json(work / "results" / name / "train.json")["tracking"] for name in ("retried", "ref"))
+    client = interrupted[8].client()
+    retried, ref = (histories(client, t["mlflow"]["run_id"]) for t in (ours, theirs))
+    assert retried["eval/loss"] == pytest.approx(ref["eval/loss"]) and len(retried["eval/loss"]) == 5
+    [(run_id, files)] = wandb_sessions(work / "scratch", "retried").items()
+    assert run_id == ours["wandb"]["id"]
+    assert each_step_once([row for rows in files for row in rows])["eval/loss"] == [s for s, _ in ref["eval/loss"]]
 
 
 def test_after_a_deadline_stop_restarts_cap_requeues_and_a_refusal_exits_75(slurm_cluster, monkeypatch, tmp_path):

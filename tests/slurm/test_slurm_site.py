@@ -5,6 +5,7 @@ import os
 import pytest
 import yaml
 
+from airetrain.schema import load_schema
 from conftest import BIN, REPO, run, write_config
 
 pytestmark = pytest.mark.slurm
@@ -17,7 +18,7 @@ ELSEWHERE = {"gpus_per_node": 4, "gpu_type": "v100", "cores_per_node": 40, "mem_
 def gpu_cap(slurm_cluster):
     """A QoS of its own with a per-user GPU cap, as Aire's has, for this test only (no job runs under it)."""
     env = {**os.environ, **slurm_cluster}
-    run(["sacctmgr", "-i", "add", "qos", "site_cap", "set", "MaxTRESPerUser=gres/gpu=15"], env=env)
+    run(["sacctmgr", "-i", "add", "qos", "site_cap", "set", "MaxTRESPerUser=gres/gpu=12"], env=env)
     try:
         yield env
     finally:
@@ -31,7 +32,10 @@ def test_airetrain_site_writes_the_facts_the_cluster_was_started_with(gpu_cap, t
     written = yaml.safe_load((tmp_path / "site.yaml").read_text())["site"]
     # tests/slurm/up.sh: labgpu[1-2], Gres=gpu:l40s:3, CPUs=24, RealMemory=256000, MaxTime=2-00:00:00
     assert written == {"max_wall_hours": 48.0, "gpus_per_node": 3, "gpu_type": "l40s", "cores_per_node": 24,
-                       "mem_gb_per_node": 250.0, "max_gpus_per_user": 15}
+                       "mem_gb_per_node": 250.0, "max_gpus_per_user": 12}
+    defaults = load_schema()["properties"]["site"]["properties"]   # read from SLURM, not the defaults printed
+    assert written["max_gpus_per_user"] != defaults["max_gpus_per_user"]["default"]
+    assert "# max_gpus_per_user: QoS site_cap (the job's) MaxTRESPerUser" in out
     assert "# not found: the fast root: not told on a login node" in out
     default = run([str(BIN / "airetrain"), "site"], env=env, cwd=tmp_path).stdout
     assert "# partition standard, read from SLURM" in default and "gpus_per_node: 0" in default
@@ -65,3 +69,22 @@ def test_init_on_a_cluster_writes_its_facts_and_the_project_plans_without_a_warn
     assert "first" in text.stdout and "disagrees" not in text.stderr
     bad = run([str(BIN / "airetrain"), "init", "other", "--partition", "gpu;id"], env=env, cwd=tmp_path, check=False)
     assert bad.returncode == 2 and "--partition 'gpu;id': a SLURM name is" in bad.stderr
+
+
+def test_the_gpu_cap_is_read_where_the_site_sets_it_and_the_one_that_binds_is_named(slurm_cluster, tmp_path):
+    """Many sites cap GPUs in the partition's QoS, some in the user's association: both read, the smaller kept."""
+    env = {**os.environ, **slurm_cluster, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    site = [str(BIN / "airetrain"), "site", "--partition", "gpu"]
+    run(["sacctmgr", "-i", "add", "qos", "part_cap", "set", "MaxTRESPerUser=gres/gpu=7"], env=env)
+    try:
+        run(["scontrol", "update", "PartitionName=gpu", "QOS=part_cap"], env=env)
+        out = run(site, env=env, cwd=tmp_path).stdout
+        assert "max_gpus_per_user: 7\n" in out
+        assert "# max_gpus_per_user: the partition's QoS part_cap MaxTRESPerUser" in out
+        run(["sacctmgr", "-i", "modify", "user", "where", "name=root", "set", "GrpTRES=gres/gpu=5"], env=env)
+        out = run(site, env=env, cwd=tmp_path).stdout
+        assert "max_gpus_per_user: 5\n" in out and "# max_gpus_per_user: your association's GrpTRES" in out
+    finally:
+        run(["sacctmgr", "-i", "modify", "user", "where", "name=root", "set", "GrpTRES=gres/gpu=-1"], env=env)
+        run(["scontrol", "update", "PartitionName=gpu", "QOS="], env=env)
+        run(["sacctmgr", "-i", "delete", "qos", "part_cap"], env=env)

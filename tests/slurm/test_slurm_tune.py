@@ -45,6 +45,7 @@ def search(slurm_cluster, tmp_path_factory):
                "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
         command = snakemake_cmd(work, cfg, *SLURM_ARGS, "--jobs", "8")
         t0 = time.monotonic()
+        (work / "started").write_text(datetime.now().strftime("%Y-%m-%dT%H:%M:%S"))   # for sacct's window
         first = spawn(command, work / "first.log", cwd=work, env=env, exact_env=True)
         trials = work / "results/sr/tune/trials"
         wait_for(lambda: trials.exists() and len(list(trials.iterdir())) >= 5, timeout=600,
@@ -95,15 +96,27 @@ def test_promoted_trials_resume_from_their_rungs_checkpoint(search):
     assert resumed >= 2
 
 
+def allocations(env, work) -> list[dict]:
+    """Every job SLURM accounted for the search's project since it began, by its working directory: those of
+    the killed Snakemake too, whatever the trials' records say."""
+    fields = ["JobID", "WorkDir", "Submit", "Start", "End", "State"]
+    out = run(["sacct", "-X", "-n", "-P", "--allusers", "-S", (work / "started").read_text(), "-o", ",".join(fields)],
+              env=env).stdout
+    found = [dict(zip(fields, line.split("|"))) for line in out.splitlines()]
+    return [job for job in found if job["WorkDir"] == str(work) and job["Start"] not in ("Unknown", "None", "")]
+
+
 def test_never_more_than_parallel_trials_hold_an_allocation(search):
     work, env, _ = search
     jobs = {}
     for row in rows(work):
         for e in rungs_trained(work, row["run"]):
             jobs[read_json(work / f"results/{row['run']}-e{e}/train.json")["slurm_job_id"]] = (row["run"], e)
+    held_by = allocations(env, work)
+    assert set(jobs) <= {job["JobID"] for job in held_by}   # the trials' own jobs are among them
     times = sacct_times(env, list(jobs))
-    events = sorted([(datetime.fromisoformat(t["Start"]), 1) for t in times.values()]
-                    + [(datetime.fromisoformat(t["End"]), -1) for t in times.values()], key=lambda e: (e[0], e[1]))
+    events = sorted([(datetime.fromisoformat(t["Start"]), 1) for t in held_by]
+                    + [(datetime.fromisoformat(t["End"]), -1) for t in held_by], key=lambda e: (e[0], e[1]))
     held, most = 0, 0
     for _, change in events:
         held += change

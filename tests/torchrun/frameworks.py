@@ -6,7 +6,8 @@
                  results/<run>/final/ and writes its first and last loss to final.json
     LIGHTNING    a LightningModule on the staged digits (read from $AIRETRAIN_DATA_DIR), devices left
                  unset unless --devices=N; a second a step while $HOLD exists; rank 0 appends each
-                 session's world and resume to sessions.jsonl, and writes final.json at the end
+                 session's world and resume to sessions.jsonl, and writes final.json and the weights
+                 (final.pt) at the end
 """
 
 HF_TRAINER = '''
@@ -101,11 +102,13 @@ if trainer.is_global_zero:   # each session: its world and the checkpoint it res
     with open(os.path.join(os.environ["AIRETRAIN_RESULTS_DIR"], "sessions.jsonl"), "a") as f:
         f.write(json.dumps({"world_size": trainer.world_size, "resumed_from": resume}) + "\\n")
 started = time.perf_counter()
-trainer.fit(Digits(), DataLoader(split("train"), batch_size=batch, shuffle=True),
+module = Digits()
+trainer.fit(module, DataLoader(split("train"), batch_size=batch, shuffle=True),
             DataLoader(split("test"), batch_size=64), ckpt_path=resume)
 fit_s = time.perf_counter() - started
 if trainer.is_global_zero:
     with open(os.path.join(os.environ["AIRETRAIN_RESULTS_DIR"], "final.json"), "w") as f:
         json.dump({"world_size": trainer.world_size, "step": trainer.global_step, "resumed_from": resume,
                    "val_loss": float(trainer.callback_metrics["val_loss"]), "fit_s": fit_s}, f)
+    torch.save(module.state_dict(), os.path.join(os.environ["AIRETRAIN_RESULTS_DIR"], "final.pt"))
 '''

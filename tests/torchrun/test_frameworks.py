@@ -52,16 +52,23 @@ def test_an_hf_trainer_stops_at_its_deadline_with_a_checkpoint_and_resumes_to_th
     """The deadline sets should_save and should_training_stop on both ranks: checkpoint-<N>/ is saved at
     the step the ranks agreed on, STOPPED names it, the launch exits 75 (outside SLURM: run it again),
     and the next session resumes there and ends at the planned step."""
-    out, cmd = hf_run(tmp_path, 30)
-    stopped = run(cmd, env={"AIRETRAIN_END_TIME": str(time.time() - 1)}, check=False)
+    out, cmd = hf_run(tmp_path, 60)
+    hold = tmp_path / "hold"   # a second a step: the 60 steps outlast the deadline, which falls while it trains
+    hold.touch()
+    margin_s = 60 * read_json(out / "plan.json")["config"]["checkpoint"]["stop_margin_min"]
+    stopped = run(cmd, env={"AIRETRAIN_END_TIME": str(time.time() + margin_s + 45), "HOLD": str(hold)}, check=False)
     assert stopped.returncode == 75, stopped.stdout[-3000:] + stopped.stderr[-3000:]
     stop = read_json(out / "STOPPED")
-    assert stop["reason"] == "deadline" and stop["step"] == 1 and stop["of_steps"] == 30
+    assert stop["reason"] == "deadline" and 1 < stop["step"] < 60 and stop["of_steps"] == 60
+    logged = [line["step"] for line in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+              if "step" in line]
+    assert 0 < max(logged) <= stop["step"]   # it had trained before the deadline came
     durable = tmp_path / "scratch" / "airetrain" / "hf" / "checkpoints"
-    assert (durable / "checkpoint-1" / "trainer_state.json").exists()   # saved at the stop, made durable
+    assert (durable / f"checkpoint-{stop['step']}" / "trainer_state.json").exists()   # saved at the stop, durable
+    hold.unlink()
     run(cmd)
     final = read_json(out / "final.json")
-    assert final["step"] == 30 and final["resumed_from"].endswith("/checkpoint-1")
+    assert final["step"] == 60 and final["resumed_from"].endswith(f"/checkpoint-{stop['step']}")
 
 
 def test_a_callback_without_its_framework_names_the_pip_command(tmp_path):
@@ -86,6 +93,8 @@ def test_lightning_trains_in_torchruns_world_stops_at_its_deadline_and_resumes_f
     """devices left unset: the plan's 2 ranks train one model (Lightning alone would train two copies);
     a deadline stop saves step-N.ckpt and exits 75 (outside SLURM: run again); the fast root purged as
     at a job's end, the next session resumes from the durable copy and finishes at the planned step."""
+    ref_out, ref_cmd = lightning_run(tmp_path / "ref")
+    run(ref_cmd)
     out, cmd = lightning_run(tmp_path)
     stopped = run(cmd, env={"AIRETRAIN_END_TIME": str(time.time() - 1)}, check=False)
     assert stopped.returncode == 75, stopped.stdout[-3000:] + stopped.stderr[-3000:]
@@ -97,6 +106,8 @@ def test_lightning_trains_in_torchruns_world_stops_at_its_deadline_and_resumes_f
     durable = tmp_path / "scratch" / "airetrain" / "pl" / "checkpoints"
     assert final["resumed_from"] == str(durable / f"step-{stop['step']:08d}.ckpt")
     assert final["world_size"] == 2 and final["step"] == 3 * 23 and final["val_loss"] < 2.0
+    a, b = torch.load(out / "final.pt", weights_only=True), torch.load(ref_out / "final.pt", weights_only=True)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "the resume is not exact"
     # ModelCheckpoint's own file, given no dirpath, went to the checkpoint directory and is durable
     assert list(durable.glob("epoch=*-step=*.ckpt"))
     train = read_json(out / "train.json")   # the callback's lines, as the report and the results table read them
