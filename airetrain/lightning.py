@@ -13,10 +13,12 @@ requeues, and the next session resumes from the newest checkpoint that verifies:
 - Checkpoints: ModelCheckpoint's files (last.ckpt, the best by its monitor) go to AIRETRAIN_CHECKPOINT_DIR
   where you gave no dirpath, as does the deadline's step-<N>.ckpt; the launcher makes them durable.
 - Lightning's resume restores the model, the optimizers, the schedules and the loops' counters. From
-  a checkpoint saved mid-epoch, a plain DataLoader restarts that epoch's batches (docs/script-mode.md).
+  a checkpoint saved mid-epoch, the epoch goes on where it stopped: the sampler skips its batches trained
+  before the stop (docs/script-mode.md).
 """
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import time
@@ -67,6 +69,19 @@ def _epochs_trained(trainer) -> float:
     if not batches or batches == float("inf") or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
         return trainer.current_epoch + 1
     return trainer.current_epoch + done / batches
+
+
+class _Skipping:
+    """A sampler's indices after its first `skip`: a resumed epoch's, whose batches before the stop were trained."""
+
+    def __init__(self, sampler, skip: int):
+        self.sampler, self.skip = sampler, skip
+
+    def __iter__(self):
+        return itertools.islice(iter(self.sampler), self.skip, None)
+
+    def __len__(self) -> int:
+        return max(0, len(self.sampler) - self.skip)
 
 
 class Airetrain(pl.Callback):
@@ -126,6 +141,24 @@ class Airetrain(pl.Callback):
             trainer.save_checkpoint(job.checkpoint_dir() / f"step-{step:08d}.ckpt")
             trainer.should_stop = True
             self.stopped_at = step
+
+    def on_train_start(self, trainer, pl_module):
+        """A session resumed from the deadline's save, made inside an epoch: Lightning goes on with that epoch (no
+        epoch start) but restarts its data from the first batch, since a plain DataLoader keeps no position; its
+        sampler skips the batches trained before the stop (the saved batch was processed, not yet completed), so
+        the epoch goes on where it stopped, as an uninterrupted run's would. A stateful loader resumes itself."""
+        loader = trainer.train_dataloader
+        batches = getattr(loader, "batch_sampler", None)
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        if getattr(trainer.fit_loop, "restarted_mid_epoch", False) and done and batches is not None \
+                and getattr(batches, "sampler", None) is not None and batches.batch_size \
+                and not hasattr(loader, "load_state_dict"):
+            self._skipped = (batches, batches.sampler)
+            batches.sampler = _Skipping(batches.sampler, done * batches.batch_size)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if skipped := getattr(self, "_skipped", None):   # the next epochs whole
+            skipped[0].sampler, self._skipped = skipped[1], None
 
     def on_validation_end(self, trainer, pl_module):
         figures = {f"eval_{k.removeprefix('val_').removeprefix('val/')}": float(v)
