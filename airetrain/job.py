@@ -57,7 +57,8 @@ class CheckpointRefused(RuntimeError):
 
 
 def _rank() -> int:
-    return dist.get_rank() if dist.is_initialized() else 0
+    """This process's rank, also before the process group exists (a framework makes it inside fit): torchrun's."""
+    return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))
 
 
 def _device() -> torch.device:

@@ -41,14 +41,24 @@ def parse(text: str) -> list[dict]:
 
 
 def current(lines: list[dict]) -> list[dict]:
-    """The lines that stand: each session's first line drops the earlier lines after the step it resumed from."""
+    """The lines that stand: each session's first line drops the earlier lines after the step it resumed from;
+    a line it writes at a step it did not train (a finished run's evaluation again) joins the earlier line of
+    that step, its figures the newer."""
     out: list[dict] = []
+    resumed, first_new = None, 0
     for line in lines:
+        step = line.get("step")
         if BEGIN in line and "step" not in line:
             resumed = line[BEGIN] or 0
             out = [kept for kept in out if not isinstance(kept.get("step"), int) or kept["step"] <= resumed]
-        else:
-            out.append(line)
+            first_new = len(out)   # the session's own lines follow
+            continue
+        if resumed is not None and isinstance(step, int) and step <= resumed:
+            earlier = next((i for i in range(first_new - 1, -1, -1) if out[i].get("step") == step), None)
+            if earlier is not None:
+                out[earlier] = {**out[earlier], **line}
+                continue
+        out.append(line)
     return out
 
 

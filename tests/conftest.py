@@ -458,3 +458,25 @@ def synthetic_history(scratch: Path, plan: dict, job_id: str, seconds_per_step: 
     with open(directory / HISTORY, "a") as f:
         f.write(json.dumps(line) + "\n")
     return line
+
+
+def plain_study(suggest, reported: dict, trials: int, epochs: int, sampler, reduction: int):
+    """Optuna's own loop over a search's space, sampler and successive halving (min 1 epoch), each trial reporting
+    the figures the pipeline's trial with the same parameters reported at each epoch. suggest(trial): the
+    parameters, asked as the pipeline's space asks them; reported: {parameters: {epochs: metric}} (a KeyError: the
+    plain study proposed parameters the pipeline did not)."""
+    import optuna
+
+    halving = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=reduction)
+    study = optuna.create_study(direction="minimize", sampler=sampler, pruner=halving)
+    for _ in range(trials):
+        trial = study.ask()
+        curve = reported[suggest(trial)]
+        for epoch in range(1, epochs + 1):
+            trial.report(curve[epoch], epoch)
+            if trial.should_prune():
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                break
+        else:
+            study.tell(trial, curve[epochs])
+    return study

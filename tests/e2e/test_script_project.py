@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from airetrain import metrics_log
-from conftest import BIN, read_json, run
+from conftest import BIN, plain_study, read_json, run
 
 pytestmark = pytest.mark.e2e
 TUNE = {"space": {"params.lr": {"loguniform": [1.0e-3, 3.0e-1]}}, "trials": 6, "metric": "eval_loss",
@@ -100,18 +100,8 @@ def test_a_search_over_a_scripts_params_is_a_plain_optuna_studys_trial_by_trial(
 
     rows = list(csv.DictReader(open(searched / "results/tuned/tune.csv")))
     reported = {float(r["params.lr"]): curves(searched, r["run"]) for r in rows}
-    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=1, n_startup_trials=3),
-                                pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3))
-    for _ in range(6):
-        trial = study.ask()
-        curve = reported[trial.suggest_float("params.lr", 1e-3, 3e-1, log=True)]   # KeyError: another proposal
-        for epochs in range(1, 4):
-            trial.report(curve[epochs], epochs)
-            if trial.should_prune():
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                break
-        else:
-            study.tell(trial, curve[3])
+    study = plain_study(lambda trial: trial.suggest_float("params.lr", 1e-3, 3e-1, log=True), reported, 6, 3,
+                        optuna.samplers.TPESampler(seed=1, n_startup_trials=3), 3)
     assert [t.params["params.lr"] for t in study.trials] == list(reported)
     assert [t.state.name for t in study.trials] == [r["state"].split(" ")[0].upper() for r in rows]
     assert [max(t.intermediate_values) for t in study.trials] == [int(r["epochs"]) for r in rows]

@@ -1,7 +1,6 @@
 """The frameworks' callbacks with real torchrun (gloo, 2 processes) and the real packages: a Hugging
 Face Trainer killed with SIGKILL resumes from its durable checkpoint to an uninterrupted run's
 weights; a callback's module without its framework says how to install it."""
-import json
 import shutil
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import time
 import torch
 from safetensors.torch import load_file
 
+from airetrain import metrics_log
 from conftest import end_all, prepare_training, read_json, run, spawn, wait_for
 from frameworks import HF_TRAINER, LIGHTNING
 
@@ -44,7 +44,7 @@ def test_a_killed_hf_trainer_resumes_from_its_durable_checkpoint_to_the_uninterr
     a, b = load_file(out / "final" / "model.safetensors"), load_file(ref_out / "final" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "the resume is not exact"
     assert final["last_loss"] == reference["last_loss"]
-    steps = [line["step"] for line in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
+    steps = [line["step"] for line in metrics_log.read(out / "metrics.jsonl")]
     assert steps[-1] == 60 and 20 in steps   # its lines reached metrics.jsonl, for status and the report
 
 
@@ -60,8 +60,7 @@ def test_an_hf_trainer_stops_at_its_deadline_with_a_checkpoint_and_resumes_to_th
     assert stopped.returncode == 75, stopped.stdout[-3000:] + stopped.stderr[-3000:]
     stop = read_json(out / "STOPPED")
     assert stop["reason"] == "deadline" and 1 < stop["step"] < 60 and stop["of_steps"] == 60
-    logged = [line["step"] for line in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
-              if "step" in line]
+    logged = [line["step"] for line in metrics_log.read(out / "metrics.jsonl") if "step" in line]
     assert 0 < max(logged) <= stop["step"]   # it had trained before the deadline came
     durable = tmp_path / "scratch" / "airetrain" / "hf" / "checkpoints"
     assert (durable / f"checkpoint-{stop['step']}" / "trainer_state.json").exists()   # saved at the stop, durable
@@ -145,7 +144,6 @@ def test_as_a_searchs_rung_both_callbacks_stop_at_its_epochs_and_report_each_who
     out, cmd = as_rung(*prepare_training(tmp_path / "pl", {"processes": 2, "data": {"name": "digits"},
                                                            "train": train}, name="pl"))
     run(cmd)
-    evaluations = [line for line in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
-                   if "eval_loss" in line]
+    evaluations = [line for line in metrics_log.read(out / "metrics.jsonl") if "eval_loss" in line]
     assert [e["epoch"] for e in evaluations] == [1, 2]   # the epochs trained: what a search reports at
     assert read_json(out / "final.json")["step"] == evaluations[-1]["step"] == 2 * 23   # 719 a rank, 32 a batch

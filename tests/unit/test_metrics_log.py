@@ -35,3 +35,14 @@ def test_a_restore_keeps_what_a_script_wrote_by_itself_and_a_restart_supersedes_
     kept = metrics_log.supersede(tmp_path / "scratch")
     assert kept.name.startswith("metrics.superseded-") and len(metrics_log.read(kept)) == 2
     assert not (tmp_path / "scratch/metrics.jsonl").exists() and metrics_log.supersede(tmp_path / "scratch") is None
+
+
+def test_a_session_that_trains_nothing_and_evaluates_again_adds_no_line_of_its_own_step(tmp_path):
+    """A finished run run again resumes at its last step and evaluates there: its figures join that step's line."""
+    durable, results = tmp_path / "scratch/metrics.jsonl", tmp_path / "results/metrics.jsonl"
+    session(durable, results, 0, [1, 2])
+    writer = metrics_log.Writer(durable, results)
+    writer.begin(2)
+    writer.write({"step": 2, "eval_loss": 0.5})
+    writer.close()
+    assert metrics_log.read(results) == [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 2.0, "eval_loss": 0.5}]
