@@ -61,7 +61,7 @@ SCRIPT = '''\
   train: {{script: {script}, args: [--epochs, "5"]}}  # run as torchrun runs it, $AIRETRAIN_DATA_DIR and all set
   params: {{lr: 1.0e-2}}                          # your script's own values: job.params()'''
 # The script init writes where there is none: a complete DDP script that trains as it is.
-SCRIPT_TEMPLATE = Path(__file__).parent / "workflow" / "templates" / "train.py"
+SCRIPT_TEMPLATE = Path(__file__).parent / "workflow" / "templates" / "ddp_script.py"
 
 README = '''\
 # {name}
