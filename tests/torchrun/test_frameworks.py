@@ -122,28 +122,24 @@ def test_lightning_with_devices_that_disagree_with_the_plan_fails_at_the_start_n
         failed.stdout + failed.stderr
 
 
-def as_rung(out, cmd):
-    """The same launch as a search's rung (results/<trial>-e<epochs>/, which sets AIRETRAIN_MAX_EPOCHS)."""
+def as_rung(tmp_path, name: str, source: str, data: str, args: list[str]):
+    """The script trained as a search's rung of 2 epochs (results/<trial>-e2/, which sets AIRETRAIN_MAX_EPOCHS);
+    its results folder."""
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "train.py").write_text(source)
+    train = {"script": str(tmp_path / name / "train.py"), "args": args, "epochs": 2}
+    out, cmd = prepare_training(tmp_path / name, {"processes": 2, "data": {"name": data}, "train": train}, name=name)
     rung = out.parent / f"{out.name}-e2"
     shutil.copytree(out, rung)
-    return rung, [c.replace(str(out), str(rung)) for c in cmd]
+    run([c.replace(str(out), str(rung)) for c in cmd])
+    return rung
 
 
 def test_as_a_searchs_rung_both_callbacks_stop_at_its_epochs_and_report_each_whole_epoch(tmp_path):
     """A rung of 2 epochs: the Trainers' own 60 steps and 6 epochs give way to train.epochs."""
-    (tmp_path / "hf").mkdir()
-    (tmp_path / "hf" / "train.py").write_text(HF_TRAINER)
-    train = {"script": str(tmp_path / "hf" / "train.py"), "args": ["--steps", "60"], "epochs": 2}
-    out, cmd = as_rung(*prepare_training(tmp_path / "hf", {"processes": 2, "data": {"name": "synthetic"},
-                                                           "train": train}, name="hf"))
-    run(cmd)
+    out = as_rung(tmp_path, "hf", HF_TRAINER, "synthetic", ["--steps", "60"])
     assert read_json(out / "final.json")["step"] == 2 * 512 // 16   # 2 epochs of 512 sequences, 2 ranks x 8
-    (tmp_path / "pl").mkdir()
-    (tmp_path / "pl" / "train.py").write_text(LIGHTNING)
-    train = {"script": str(tmp_path / "pl" / "train.py"), "args": ["--epochs", "6"], "epochs": 2}
-    out, cmd = as_rung(*prepare_training(tmp_path / "pl", {"processes": 2, "data": {"name": "digits"},
-                                                           "train": train}, name="pl"))
-    run(cmd)
+    out = as_rung(tmp_path, "pl", LIGHTNING, "digits", ["--epochs", "6"])
     evaluations = [line for line in metrics_log.read(out / "metrics.jsonl") if "eval_loss" in line]
     assert [e["epoch"] for e in evaluations] == [1, 2]   # the epochs trained: what a search reports at
     assert read_json(out / "final.json")["step"] == evaluations[-1]["step"] == 2 * 23   # 719 a rank, 32 a batch
