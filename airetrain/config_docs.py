@@ -70,9 +70,9 @@ def rows(schema: dict, root: dict, prefix: str = "") -> list[tuple[str, str, str
         body = object_schema(sub, root)
         if body is not None and body.get("properties"):
             if sub.get("description"):
-                nullable = "null" in str(sub.get("type", "")) or bool(sub.get("anyOf"))
-                out.append((name, _default(sub), "an object or `null`" if nullable else "an object",
-                            sub["description"]))
+                others = [allowed(b, root) for b in sub.get("anyOf", []) if object_schema(b, root) is None]
+                others += ["`null`"] * ("null" in str(sub.get("type", "")))
+                out.append((name, _default(sub), " or ".join(["an object", *others]), sub["description"]))
             out += rows(body, root, f"{name}.")
         else:
             out.append((name, _default(sub), allowed(sub, root), sub.get("description", "")))

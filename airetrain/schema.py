@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -94,32 +95,48 @@ def object_schema(schema: dict, root: dict) -> dict:
     return None
 
 
+# What YAML 1.2 reads as a number and YAML 1.1 does not: an exponent without a dot, or without a sign.
+YAML_1_2_EXPONENT = re.compile(r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$")
+
+
 def numbers(value: Any, schema: dict, root: dict | None = None) -> Any:
     """value, with each string the schema wants as a number read as one.
 
     YAML 1.1, which PyYAML (and so Snakemake) follows, reads `1e-4` and `5E-2` as strings: a float
     needs a dot there. Researchers write learning rates that way, so wherever the schema says number
     or integer (and not string), a string that means a number is that number; any other string is
-    left for validation to refuse."""
+    left for validation to refuse. Where the schema leaves the value to the user (params:, model.options:,
+    a search's choices), a string YAML 1.2 reads as a number (1e-4) is that number."""
     root = root or schema
     schema = resolve_ref(schema, root)
+    free = not _types(schema, root) and object_schema(schema, root) is None   # any value: a user's own
     if isinstance(value, str):
         types = _types(schema, root)
         if "string" not in types and types & {"number", "integer"}:
             number = _number(value.strip(), "number" not in types)
             return value if number is None else number
-        return value
+        return float(value) if free and YAML_1_2_EXPONENT.match(value) else value
     if isinstance(value, dict):
         node = object_schema(schema, root)
         if node is None:
-            return value
+            return {key: numbers(item, {}, root) for key, item in value.items()} if free or _open(schema) else value
         properties, extra = node.get("properties", {}), node.get("additionalProperties")
         return {key: numbers(item, properties[key] if key in properties else extra, root)
                 if key in properties or isinstance(extra, dict) else item for key, item in value.items()}
     if isinstance(value, list):
         items = resolve_ref(schema, root).get("items")
+        if free:
+            items = {}
         return [numbers(item, items, root) for item in value] if isinstance(items, dict) else value
     return value
+
+
+def _open(schema: dict) -> bool:
+    """An object whose keys and values are the user's own (params:, model.options:, a search's
+    distribution): no properties and no schema for the rest."""
+    kinds = schema.get("type")
+    return "object" in ([kinds] if isinstance(kinds, str) else kinds or []) and "properties" not in schema \
+        and not isinstance(schema.get("additionalProperties"), dict)
 
 
 def complete(value: Any, schema: dict, root: dict | None = None) -> Any:

@@ -74,10 +74,15 @@ def _friendly(error: jsonschema.ValidationError, root: dict) -> str:
         inner = [e for e in error.context if e.relative_schema_path and e.relative_schema_path[0] in objects]
         if inner:
             return "; ".join(_friendly(e, root) for e in inner)
-    if error.validator == "anyOf":  # a built-in name or an import path
-        names = [v for sub in error.validator_value for v in sub.get("enum", [])]
+    if error.validator == "anyOf":  # a built-in name, or an import path where one is allowed
+        branches = [_resolve_ref(sub, root) for sub in error.validator_value]
+        names = [v for sub in branches for v in sub.get("enum", [])]
+        null = ", null" if any(sub.get("type") == "null" for sub in branches) else ""
+        path = ", or an import path 'package.module:function'" if any("pattern" in sub for sub in branches) else ""
         return (f"{where} = {error.instance!r} is not allowed{did_you_mean(error.instance, names)}; allowed values: "
-                + ", ".join(map(repr, names)) + ", or an import path 'package.module:function'")
+                + ", ".join(map(repr, names)) + null + path)
+    if error.validator == "type" and error.validator_value == "string" and isinstance(error.instance, (int, float)):
+        return f"{where} = {error.instance!r} must be text: quote it: '{error.instance}'"
     if error.validator == "pattern" and "x-allowed" in error.schema:  # strings that reach SLURM or a shell
         return f"{where} = {error.instance!r} is not allowed: {error.schema['x-allowed']}"
     if error.validator == "pattern":  # names that reach shells and paths
@@ -102,6 +107,7 @@ def validate(config: dict, schema: dict | None = None) -> None:
 def grids_of(config: dict, schema: dict) -> tuple[dict, dict[str, dict]]:
     """(the config without its runs' own grids and seeds, its numbers read and validated; {run: the grid
     that expands it: the top-level sweep, its own, its seeds})."""
+    config = _pruner_null_is_none(config)
     config, own = sweep.own_grids(config)
     config, seeds = sweep.seed_grids(config)
     config = numbers(config, schema)   # lr: 1e-4, which YAML 1.1 reads as a string
@@ -110,6 +116,19 @@ def grids_of(config: dict, schema: dict) -> tuple[dict, dict[str, dict]]:
     return config, {name: {**grid, **sweep.grid(own.get(name, {}), schema, f"runs.{name}.sweep"),
                            **sweep.grid(seeds[name], schema, f"runs.{name}.seeds")}
                     for name in config["runs"]}
+
+
+def _pruner_null_is_none(config: dict) -> dict:
+    """tune.pruner written as null means no pruner, as none does; a tune without the key gets the default."""
+    def fixed(run):
+        tune = run.get("tune") if isinstance(run, dict) else None
+        if isinstance(tune, dict) and "pruner" in tune and tune["pruner"] is None:
+            return {**run, "tune": {**tune, "pruner": "none"}}
+        return run
+    out = {**config, "defaults": fixed(config.get("defaults"))} if "defaults" in config else dict(config)
+    if isinstance(config.get("runs"), dict):
+        out["runs"] = {name: fixed(run) for name, run in config["runs"].items()}
+    return out
 
 
 def sweep_points(config: dict, runs: dict[str, RunConfig]) -> dict[str, dict]:

@@ -137,7 +137,7 @@ def grid(grid, schema: dict, where: str = "sweep") -> dict:
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise ConfigError(f"{where} must map dotted run keys to lists of values, e.g. {{optim.lr: [1e-3, 3e-4]}}")
     check_keys(grid, run_keys(schema), where)
-    return {key: numbers(values, {"type": "array", "items": run_key_schema(schema, key)}, schema)
+    return {key: numbers(values, {"type": "array", "items": run_key_schema(schema, key) or {}}, schema)
             for key, values in grid.items()}   # a run's name shows the number, as written in any form
 
 

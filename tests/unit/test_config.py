@@ -87,3 +87,64 @@ def test_snakemake_validate_accepts_what_we_accept():
     from snakemake.utils import validate
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
     validate(cfg, str(REPO / "airetrain/workflow/schemas/config.schema.yaml"))
+
+
+def test_numbers_as_researchers_write_them_in_a_search_a_script_s_params_and_site():
+    """YAML 1.1 reads 1e-4 as text: a search's ranges and choices, a script's own params: and their sweep,
+    and site: facts take it as the number it means; text that is no number stays text."""
+    raw = yaml.safe_load("""
+site: {energy: {pue: 1e0}}
+runs:
+  a: {tune: {space: {optim.lr: {loguniform: [1e-4, 1e-1]}, params.wd: {choice: [3e-4, 1e-3, high]}}}}
+  b: {params: {lr: 1e-3, name: big, nested: {decay: 5E-2}}, sweep: {params.eps: [1e-8, 1e-6]}}
+""")
+    assert raw["runs"]["b"]["params"]["lr"] == "1e-3"   # what YAML 1.1 makes of it
+    settings, runs = config.resolve(raw)
+    assert runs["a"].tune.space == {"optim.lr": {"loguniform": [1e-4, 0.1]},
+                                    "params.wd": {"choice": [3e-4, 1e-3, "high"]}}
+    assert runs["b-eps1e-8"].params == {"lr": 1e-3, "name": "big", "nested": {"decay": 0.05}, "eps": 1e-8}
+    assert settings.site.energy.pue == 1.0
+
+
+def test_a_choice_of_numbers_for_a_number_key_plans():
+    _, runs = config.resolve({"runs": {"a": {"tune": {"space": {"optim.lr": {"choice": ["3e-4", "1e-3"]}}}}}})
+    assert runs["a"].tune.space["optim.lr"]["choice"] == [3e-4, 1e-3]
+
+
+def test_pruner_null_means_none_and_a_wrong_pruner_names_both():
+    _, runs = config.resolve({"runs": {"a": {"tune": {"space": {"optim.lr": {"uniform": [0.1, 0.2]}}, "pruner": None}},
+                                       "b": {"tune": {"space": {"optim.lr": {"uniform": [0.1, 0.2]}}}}}})
+    assert runs["a"].tune.halving is None and runs["b"].tune.halving == {"min_epochs": 1, "reduction": 3}
+    msg = errors_of({"runs": {"a": {"tune": {"space": {"optim.lr": {"uniform": [0.1, 0.2]}}, "pruner": "nope"}}}})
+    assert "runs.a.tune.pruner = 'nope' is not allowed (did you mean 'none'?); allowed values: 'none', null" in msg
+    assert "import path" not in msg
+
+
+def test_a_number_where_text_belongs_says_to_quote_it():
+    msg = errors_of({"runs": {"a": {"train": {"script": "t.py", "args": ["--epochs", 20]}}}})
+    assert "runs.a.train.args.1 = 20 must be text: quote it: '20'" in msg
+
+
+def test_every_schema_key_is_a_schema_and_every_description_is_whole():
+    """A comma in a flow mapping (`{description: blocks (vit, gpt).}`) splits the description into bogus
+    keys: every property is a schema, and every description ends a sentence with its brackets closed."""
+    from airetrain.schema import load_schema
+
+    def walk(node, where):
+        if isinstance(node, list):
+            for item in node:
+                yield from walk(item, where)
+        if not isinstance(node, dict):
+            return
+        for key, sub in (node.get("properties") or {}).items():
+            assert isinstance(sub, dict), f"{where}.{key} is not a schema: {sub!r}"
+        text = node.get("description")
+        if isinstance(text, str):
+            yield where, text
+        for key, sub in node.items():
+            yield from walk(sub, f"{where}.{key}")
+
+    found = list(walk(load_schema(), "schema"))
+    assert len(found) > 100
+    for where, text in found:
+        assert text.rstrip().endswith((".", ")")) and text.count("(") == text.count(")"), f"{where}: {text!r}"
