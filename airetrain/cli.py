@@ -13,25 +13,32 @@ from . import health_command, report_command, site_command, tuning
 from .resolve import resolve_plan
 
 
-def _load_config(configfiles: list[str], right_size: bool = False) -> dict:
-    from .plan.config import load_yaml
+def _load_config(args, right_size: bool = False) -> dict:
+    """The config as Snakemake reads it from the same command line (plan.config.workflow_config)."""
+    from .plan.config import workflow_config
     from .schema import deep_merge
 
-    config: dict = {}
-    for path in configfiles:
-        if not Path(path).is_file():
-            raise ConfigError(f"--configfile {path}: no such file (run from the workflow's directory, or name it)")
-        config = deep_merge(config, load_yaml(path))
+    config = workflow_config(args.configfile, args.config, args.replace_workflow_config)
     if right_size:   # every run, also one that says resources: requested
         config = deep_merge(config, {"runs": {name: {"resources": "measured"} for name in config.get("runs") or {}}})
     return config
 
 
-def _load_plans(configfiles: list[str], right_size: bool = False) -> dict:
+def _config_arguments(p) -> None:
+    """The options that choose the config, meaning what they mean to Snakemake."""
+    p.add_argument("--configfile", nargs="+", default=[], metavar="FILE",
+                   help="files merged over the Snakefile's configfile: (config/config.yaml), in order, as "
+                        "snakemake --configfile merges them")
+    p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE", help="values over those, as snakemake's")
+    p.add_argument("--replace-workflow-config", action="store_true",
+                   help="the command line's config replaces config/config.yaml instead of updating it")
+
+
+def _load_plans(args, right_size: bool = False) -> dict:
     from .plan.planner import plan_all
 
     # right-sized runs keep what they were planned with, and forecast-chosen runs their layout
-    return plan_all(_load_config(configfiles, right_size), results="results")
+    return plan_all(_load_config(args, right_size), results="results")
 
 
 def _forecast(args, plans: dict) -> None:
@@ -43,7 +50,7 @@ def _forecast(args, plans: dict) -> None:
     from .plan.planner import forecast_run
     from .roots import Root
 
-    settings, runs = cfg.resolve(_load_config(args.configfile, args.right_size))
+    settings, runs = cfg.resolve(_load_config(args, args.right_size))
     at = datetime.now().astimezone()
     forecasts = {}
     for name, run in runs.items():
@@ -67,7 +74,7 @@ def _plan(args) -> None:
     if args.profile:   # its account reaches every job: a placeholder is refused here, as in the workflow
         from .profiles import account_of
         account_of(args.profile)
-    plans = {name: resolve_plan(plan) for name, plan in _load_plans(args.configfile, args.right_size).items()}
+    plans = {name: resolve_plan(plan) for name, plan in _load_plans(args, args.right_size).items()}
     if args.forecast:
         _forecast(args, plans)
         if args.json:
@@ -96,9 +103,9 @@ def _resolve(args) -> None:
 def _sbatch(args) -> None:
     from .plan.sbatch import script
 
-    plans = _load_plans(args.configfile)
+    plans = _load_plans(args)
     if args.run not in plans:
-        raise ConfigError(f"no run {args.run!r} in {', '.join(args.configfile)}; runs: {', '.join(plans)}")
+        raise ConfigError(f"no run {args.run!r} in the config; runs: {', '.join(plans)}")
     if plans[args.run].config.tune:
         raise ConfigError(f"run {args.run!r} is a search (tune:): its trials are proposed as it goes, by the workflow")
     print(script(resolve_plan(plans[args.run]), args.workdir, Path(__file__).resolve().parents[1]), end="")
@@ -157,7 +164,7 @@ def _history(args) -> None:
 
     from .history import everything, format_history
 
-    plans = _load_plans(args.configfile)
+    plans = _load_plans(args)
     roots = sorted({plan.roots.scratch for plan in plans.values()})
     lines = [line for root in roots for line in everything(root)]
     if args.run:
@@ -171,7 +178,7 @@ def _status(args) -> None:
 
     from .report.status import format_status, status
 
-    plans = _load_plans(args.configfile)
+    plans = _load_plans(args)
     while True:
         runs, searches = tuning.status_names(plans, args.results)   # a search's trials as they appear
         rows = status(runs, args.results, args.logs)
@@ -189,7 +196,7 @@ def _status(args) -> None:
 def _restart(args) -> None:
     from .restart import asking, restart
 
-    removed = restart(_load_plans(args.configfile), args.runs, Path(args.results), asking(args.yes))
+    removed = restart(_load_plans(args), args.runs, Path(args.results), asking(args.yes))
     print(f"removed {len(removed)} paths: the next invocation trains {', '.join(args.runs)} from step 0"
           if removed else "nothing removed")
 
@@ -197,7 +204,7 @@ def _restart(args) -> None:
 def _sync(args) -> None:
     from .tracking.sync import sync
 
-    sync(_load_plans(args.configfile), args.runs, args.dry_run, args.timeout)
+    sync(_load_plans(args), args.runs, args.dry_run, args.timeout)
 
 
 def _compare(args) -> None:
@@ -242,7 +249,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = _OneCommand(parser.add_subparsers(dest="command", required=True), command)
 
     p = sub.add_parser("plan", help="validate a config and print every run's plan")
-    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
+    _config_arguments(p)
     p.add_argument("--write", metavar="DIR", help="also write DIR/<run>/plan.json")
     p.add_argument("--right-size", action="store_true",
                    help="resources: measured for every run: ask for what finished runs of the same profile used")
@@ -271,7 +278,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("sbatch", help="print a stand-alone sbatch script for one run (no Snakemake)")
     p.add_argument("run")
-    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
+    _config_arguments(p)
     p.add_argument("--workdir", default=".", help="where results/ go (default: here)")
     p.set_defaults(func=_sbatch)
 
@@ -320,7 +327,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="where every run is: planned, pending (why, expected start), staging, training "
                                       "(step, loss, ETA), stopped, done, failed (its last error line)")
-    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
+    _config_arguments(p)
     p.add_argument("--results", default="results")
     p.add_argument("--logs", default="logs")
     p.add_argument("--json", action="store_true", help="the same rows as JSON, for scripts")
@@ -328,19 +335,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=_status)
 
     p = sub.add_parser("history", help="every finished run's profile and what it measured, one line per run and job")
-    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"], help="where the durable root is")
+    _config_arguments(p)
     p.add_argument("--json", action="store_true", help="every line as JSON, its profile and figures in full")
     p.add_argument("run", nargs="*", help="only these runs")
     p.set_defaults(func=_history)
 
     p = sub.add_parser("restart", help="train runs again from step 0: remove their checkpoints, record, results")
-    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
+    _config_arguments(p)
     p.add_argument("--results", default="results")
     p.add_argument("--yes", action="store_true", help="do not ask")
     p.add_argument("runs", nargs="+")
     p.set_defaults(func=_restart)
     p = sub.add_parser("sync", help="upload the runs' offline W&B sessions not uploaded yet (on the login node)")
-    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
+    _config_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="list what would be uploaded")
     p.add_argument("--timeout", type=float, default=1800, help="seconds one W&B run's upload may take")
     p.add_argument("runs", nargs="*", help="the runs (default: all)")

@@ -1,6 +1,6 @@
 """`airetrain site [--partition P] [--qos Q] [--write FILE]`: the site's facts, read from SLURM (site_facts.py),
 printed as the `site:` section of a config, with what could not be found; --write puts them in a config
-file of their own, to give after the project's (snakemake --configfile config/config.yaml FILE)."""
+file of their own, merged over the project's config (snakemake --configfile FILE)."""
 from __future__ import annotations
 
 import sys

@@ -30,6 +30,49 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
+# Where Snakemake looks for a workflow's Snakefile, in its order.
+SNAKEFILES = ("Snakefile", "snakefile", "workflow/Snakefile", "workflow/snakefile")
+CONFIGFILE_DIRECTIVE = re.compile(r"""^configfile:\s*["']([^"']+)["']\s*(?:#.*)?$""", re.M)
+
+
+def workflow_configfiles(workdir: Path = Path(".")) -> list[Path]:
+    """The files the project's Snakefile names with `configfile:` (config/config.yaml in a project from
+    `airetrain init`, and in this checkout); without a Snakefile here, that file."""
+    for name in SNAKEFILES:
+        if (workdir / name).is_file():
+            return [workdir / path for path in CONFIGFILE_DIRECTIVE.findall((workdir / name).read_text())]
+    return [workdir / "config" / "config.yaml"]
+
+
+def workflow_config(configfiles=(), config_args=(), replace: bool = False, workdir: Path = Path(".")) -> dict:
+    """The config exactly as Snakemake builds it for this project: the Snakefile's configfile: files, each
+    updated with what the command line gives, --configfile's files in order and then --config's values
+    (with --replace-workflow-config, replaced by it). A file the Snakefile names may be missing only where
+    the command line gives one, as Snakemake allows."""
+    given: dict = {}
+    for path in configfiles:
+        if not Path(path).is_file():
+            raise ConfigError(f"--configfile {path}: no such file (run from the workflow's directory, or name it)")
+        given = deep_merge(given, load_yaml(path))
+    if config_args:
+        # Snakemake's own reading of KEY=VALUE: a user who passes --config runs Snakemake, so it is installed
+        from snakemake.cli import parse_config
+        try:
+            given = deep_merge(given, parse_config(list(config_args)))
+        except ValueError as e:
+            raise ConfigError(f"--config: {e}") from None
+    config = given   # where Snakemake starts: so the command line's runs come first in the table, as there
+    for path in workflow_configfiles(workdir):
+        if path.is_file():
+            config = deep_merge(config, load_yaml(path))
+        elif not given:
+            raise ConfigError(f"{path}: no such file: run from the project's directory (`airetrain init` writes "
+                              "one), or give --configfile")
+        if given:
+            config = deep_merge({} if replace else config, given)
+    return config
+
+
 def check_name(name: str, what: str = "run name") -> str:
     """Names reach shells and paths: allow only [A-Za-z0-9_.-]+ (and not '.' or '..')."""
     if not isinstance(name, str) or not SAFE_NAME.match(name) or name in (".", ".."):
