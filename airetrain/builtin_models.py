@@ -19,6 +19,7 @@ class BuiltInModel:
                                   # (a loss the model returns, else cross_entropy)
     attention: bool = False       # transformer blocks: model.heads must divide model.width
     convolutional_2d: bool = False   # 2D convolutions (with model.dims: 2): channels_last applies
+    metrics: tuple[str, ...] = ("accuracy",)   # what its evaluation reports with a built-in loss (eval_<name>)
 
 
 MODELS = {
@@ -31,7 +32,8 @@ MODELS = {
     "gpt": BuiltInModel("a GPT-style decoder (causal blocks, tied output head) for next-token data: the FSDP showcase",
                         "GPT", ("width", "depth", "heads"), attention=True),
     "unet": BuiltInModel("a U-Net for segmentation, 2D or 3D (model.dims), GroupNorm",
-                         "UNet", ("width", "levels", "dims"), loss="dice_cross_entropy", convolutional_2d=True),
+                         "UNet", ("width", "levels", "dims"), loss="dice_cross_entropy", convolutional_2d=True,
+                         metrics=("accuracy", "dice")),
 }
 
 LOSSES = {
@@ -46,6 +48,20 @@ def default_loss(model_name: str) -> str | None:
     default, decided per batch (a loss the model returns, else cross_entropy), as for a user's model."""
     built_in = MODELS.get(model_name)
     return built_in.loss if built_in else None
+
+
+# A loss that scores a float target: its evaluation has no class to be accurate about.
+REGRESSION_LOSSES = ("mse",)
+
+
+def evaluation_figures(model_name: str, loss: str | None, metrics: str | None, forward: str | None) -> list[str] | None:
+    """The figures a run's evaluation reports (eval_loss, eval_<metric>) where they are known without running
+    it: a built-in model with a built-in (or its default) loss, and neither train.metrics nor train.forward of
+    the user's own. None: the user's code decides."""
+    loss = loss or default_loss(model_name)
+    if model_name not in MODELS or metrics or forward or (loss is not None and loss not in LOSSES):
+        return None
+    return ["eval_loss", *([] if loss in REGRESSION_LOSSES else [f"eval_{m}" for m in MODELS[model_name].metrics])]
 
 
 def channels_last_applies(model_name: str, dims: int) -> bool:

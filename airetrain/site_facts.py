@@ -36,6 +36,12 @@ def _pairs(text: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in text.split() if "=" in item)
 
 
+def partitions(env=None) -> list[str] | None:
+    """The cluster's partitions, or None where SLURM is not here or does not answer."""
+    out = _run(["sinfo", "-h", "-o", "%P"], env)
+    return None if out is None else [p.rstrip("*") for p in out.split()]
+
+
 def default_partition(env=None) -> str | None:
     out = _run(["sinfo", "-h", "-o", "%P"], env)
     return next((p.rstrip("*") for p in (out or "").split() if p.endswith("*")), None)

@@ -9,9 +9,18 @@ import math
 from ..records import BatchPlan
 from ..run_config import RunConfig, Site
 
-# Per-rank defaults. With GPUs: Aire's share of a node per GPU (24 cores, ~250 GB over 3 GPUs).
-DEFAULT_CPUS_PER_RANK = {"gpu": 8, "cpu": 1}
-DEFAULT_MEM_GB_PER_RANK = {"gpu": 80, "cpu": 2}
+# Per-rank defaults on CPU. With GPUs, each rank's default is its GPU's share of the site's node (gpu_share).
+DEFAULT_CPUS_PER_RANK = {"cpu": 1}
+DEFAULT_MEM_GB_PER_RANK = {"cpu": 2}
+MEM_STEP_GB = 5   # a GPU's share of the memory is rounded down to this: the node's system keeps some
+
+
+def gpu_share(site: Site) -> tuple[int, float]:
+    """(cores, memory GB) of one GPU's share of a node, from the site's facts: on Aire 24 cores and 250 GB over
+    3 GPUs give 8 cores and 80 GB; a node of 4 GPUs, 24 cores and 250 GB gives 6 and 60."""
+    cores = max(1, site.cores_per_node // site.gpus_per_node)
+    mem = site.mem_gb_per_node / site.gpus_per_node
+    return cores, max(1, math.floor(mem / MEM_STEP_GB) * MEM_STEP_GB if mem >= MEM_STEP_GB else math.floor(mem))
 
 
 def nodes_and_ranks(name: str, run: RunConfig, site: Site, problems: list[str]) -> tuple[int, int]:
@@ -80,9 +89,9 @@ def batch_maths(name: str, run: RunConfig, world: int, problems: list[str]) -> B
 
 def per_node(name: str, run: RunConfig, site: Site, nproc: int, problems: list[str]) -> tuple[int, int, float]:
     """(cores per rank, cores per node, memory GB per node), refused where a node has less."""
-    kind = "gpu" if run.gpus else "cpu"
-    cpus_per_rank = run.cpus_per_rank or DEFAULT_CPUS_PER_RANK[kind]
-    mem_gb_per_rank = run.mem_gb_per_rank or DEFAULT_MEM_GB_PER_RANK[kind]
+    cores, mem = gpu_share(site) if run.gpus else (DEFAULT_CPUS_PER_RANK["cpu"], DEFAULT_MEM_GB_PER_RANK["cpu"])
+    cpus_per_rank = run.cpus_per_rank or cores
+    mem_gb_per_rank = run.mem_gb_per_rank or mem
     cpus_per_node, mem_gb_per_node = cpus_per_rank * nproc, mem_gb_per_rank * nproc
     if cpus_per_node > site.cores_per_node:
         problems.append(

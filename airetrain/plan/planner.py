@@ -21,6 +21,7 @@ from ..catalog import prepared
 from ..environment import gives_batch, job_env
 from ..hardware import memory_budget_gb
 from ..errors import ConfigError
+from ..text import did_you_mean
 from ..quota import dataset_size
 from ..records import Minutes, Plan, PlanRoots, RecordError, read_record
 from ..roots import Root, durable_root, run_dir
@@ -226,15 +227,27 @@ def planned_scratch(results: str | Path) -> Root | None:
 
 
 def slurm_disagrees(plans: dict[str, Plan], settings: Settings, env=None) -> list[str]:
-    """Where SLURM answers, a warning for each partition of the GPU runs whose facts differ from the config's
-    site: (a plan with another cluster's facts is wrong before anything runs)."""
+    """Where SLURM answers (a login node): a GPU run on a partition the cluster does not have is refused, naming
+    the ones it has (a CPU run warned about: it may run with the local executor); and a warning for each
+    partition of the GPU runs whose facts differ from the config's site: (a plan with another cluster's facts
+    is wrong before anything runs)."""
     import shutil
 
-    from ..site_facts import disagreements, read_site
+    from ..site_facts import disagreements, partitions, read_site
 
-    if not shutil.which("scontrol"):
+    if not shutil.which("sinfo") or (known := partitions(env)) is None:
         return []
-    out = []
+    out, problems = [], []
+    for name, plan in plans.items():
+        missing = [p for p in plan.slurm.partition.split(",") if p not in known]
+        if missing and plan.gpus:
+            problems.append(f"runs.{name}.slurm.partition = {plan.slurm.partition!r}: this cluster has no partition "
+                            f"{', '.join(missing)}{did_you_mean(missing[0], known)}; its partitions: {', '.join(known)}")
+        elif missing:
+            out.append(f"run {name}: this cluster has no partition {', '.join(missing)} (slurm.partition); its "
+                       f"partitions: {', '.join(known)}. The local executor runs it; --executor slurm would not")
+    if problems:
+        raise ConfigError("\n".join(problems))
     for partition in sorted({p.slurm.partition.split(",")[0] for p in plans.values() if p.gpus}):
         read = read_site(partition, env=env)[0]
         if differs := disagreements(settings.site.to_dict(), read):
@@ -259,11 +272,31 @@ def plan_warnings(plans: dict[str, Plan], settings: Settings) -> list[str]:
             warnings.append(f"run {name}: code changed since this run started ({', '.join(files[:3])}"
                             f"{', ...' if len(files) > 3 else ''}): it keeps its captured code until it finishes; "
                             f"airetrain restart {name} trains it with the new code")
+    warnings += shared_sqlite(plans)
     demand = sum(p.gpus for p in plans.values())
     limit = settings.site.max_gpus_per_user
     if demand > limit:
         warnings.append(f"these {len(plans)} runs ask for {demand} GPUs together, over the per-user limit of "
                         f"{limit} (site.max_gpus_per_user): at most {limit} GPUs run at once, the rest queue")
+    return warnings
+
+
+def shared_sqlite(plans: dict[str, Plan]) -> list[str]:
+    """A warning for each SQLite MLflow store that several runs (seeds, sweep points, a search's trials at once)
+    would write: SQLite takes one writer at a time, and jobs writing one file on a shared filesystem corrupt it."""
+    stores: dict[str, list[str]] = {}
+    for name, plan in plans.items():
+        mlflow = plan.config.tracking.mlflow
+        if mlflow is not None and mlflow.tracking_uri.startswith("sqlite:"):
+            stores.setdefault(mlflow.tracking_uri, []).append(name)
+    warnings = []
+    for uri, names in stores.items():
+        tunes = [n for n in names if plans[n].config.tune and plans[n].config.tune.parallel != 1]
+        if len(names) > 1 or tunes:
+            who = f"runs {', '.join(names)}" if len(names) > 1 else f"the trials of {names[0]} (tune.parallel)"
+            warnings.append(f"{who} would write one SQLite MLflow store, {uri}, at once: SQLite takes one writer, and "
+                            "a store on a shared filesystem gets corrupted. Use an MLflow server (tracking_uri: "
+                            "http://host:port, docs/tracking.md), or a store of each run's own")
     return warnings
 
 

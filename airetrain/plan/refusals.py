@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from ..builtin_models import MODELS, channels_last_applies
+from ..builtin_models import MODELS, channels_last_applies, evaluation_figures
 from ..catalog import default_path
 from ..environment import SCRIPT_VARIABLES, unknown_script_variables
 from ..errors import ConfigError
@@ -17,6 +17,7 @@ from ..records import Script
 from ..roots import Root, is_under
 from ..run_config import RunConfig, Settings, Site
 from ..shards import INDEX
+from ..text import did_you_mean
 from ..tracking.names import uri_problem
 from .config import SLURM_NAME
 
@@ -84,10 +85,27 @@ def trainer(name: str, run: RunConfig, device: str, problems: list[str]) -> list
     if run.train.script and (init is not None or model.freeze):
         problems.append(f"runs.{name}.model.init_from and model.freeze are the built-in trainer's; a "
                         "train.script loads its own weights")
+    _monitored(name, run, problems)
     if run.train.early_stop and run.checkpoint.monitor is None:
         problems.append(f"runs.{name}.train.early_stop watches checkpoint.monitor, which is null: set "
                         "checkpoint.monitor (eval_loss, or eval_<metric>) or remove early_stop")
     return _trainer_warnings(name, run, device)
+
+
+def _monitored(name: str, run: RunConfig, problems: list[str]) -> None:
+    """checkpoint.monitor and tune.metric name a figure the run's evaluation reports, where that is known (a
+    built-in model and loss): a wrong one would fail inside the job, after the queue and the first epoch."""
+    if run.train.script or run.evaluate:
+        return
+    figures = evaluation_figures(run.model.name, run.train.loss, run.train.metrics, run.train.forward)
+    if figures is None:
+        return
+    for key, value in (("checkpoint.monitor", run.checkpoint.monitor),
+                       ("tune.metric", run.tune.metric if run.tune else None)):
+        if value is not None and value not in figures:
+            problems.append(f"runs.{name}.{key} = {value!r} is not a figure this run reports"
+                            f"{did_you_mean(value, figures)}; {run.model.name} with its loss reports "
+                            f"{', '.join(figures)}")
 
 
 def _trainer_warnings(name: str, run: RunConfig, device: str) -> list[str]:

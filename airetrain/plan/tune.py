@@ -6,6 +6,8 @@ when first looked up (planner.PlansWithTrials).
 """
 from __future__ import annotations
 
+import importlib.util
+
 import jsonschema
 
 from ..errors import ConfigError
@@ -25,6 +27,8 @@ def refusals(name: str, run: RunConfig, settings: Settings, problems: list[str])
     tune, where = run.tune, f"runs.{name}.tune"
     if tune is None:
         return
+    if importlib.util.find_spec("optuna") is None:   # the study runs on the submitting side: here
+        problems.append(f"{where} needs the optuna package, which is not installed here: pip install 'airetrain[tune]'")
     params = []
     for key, spec in tune.space.items():   # each key's problem, not only the first
         try:

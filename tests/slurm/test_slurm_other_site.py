@@ -56,6 +56,21 @@ def test_airetrain_site_reads_the_other_sites_facts(other_site, tmp_path):
                        "mem_gb_per_node": 250.0, "max_gpus_per_user": 8}
 
 
+def test_aires_defaults_on_the_other_site_are_refused_or_warned_about_before_the_queue(other_site, tmp_path):
+    """A project written for Aire (partition gpu, 3 GPUs a node) planned on this cluster: its GPU run is refused
+    naming the partitions SLURM has; on the right partition, each of Aire's facts that differs is named."""
+    env = {**other_site, "SCRATCH": str(tmp_path / "scratch")}
+    run([str(BIN / "airetrain"), "init", "aire-project", "--gpus", "3"], env=env, cwd=tmp_path)
+    project = tmp_path / "aire-project"
+    refused = run([str(BIN / "airetrain"), "plan"], env=env, cwd=project, check=False)
+    assert refused.returncode == 2, refused.stdout
+    assert "runs.first.slurm.partition = 'gpu': this cluster has no partition gpu" in refused.stderr
+    assert "its partitions: " in refused.stderr and "gpu-a100" in refused.stderr.split("its partitions: ")[1]
+    warned = run([str(BIN / "airetrain"), "plan", "--config", "defaults={slurm: {partition: gpu-a100}}"],
+                 env=env, cwd=project)
+    assert "site: disagrees with SLURM's partition gpu-a100: site.gpus_per_node = 3, SLURM says 4" in warned.stderr
+
+
 def test_a_project_for_the_other_site_runs_two_nodes_of_four_and_its_report_names_the_a100(other_site, tmp_path):
     env = other_site
     run([str(BIN / "airetrain"), "init", "project", "--gpus", "8", "--partition", "gpu-a100", "--account", "lab"],
@@ -64,12 +79,14 @@ def test_a_project_for_the_other_site_runs_two_nodes_of_four_and_its_report_name
     config = yaml.safe_load((project / "config/config.yaml").read_text())
     assert config["site"]["gpus_per_node"] == 4 and config["site"]["gpu_type"] == "a100"
     assert config["defaults"]["slurm"] == {"partition": "gpu-a100"}
+    # as written, the 8-GPU run plans: each rank gets a GPU's share of this site's node (6 cores, 60 GB)
+    plan = run([str(BIN / "airetrain"), "plan"], env=env, cwd=project)
+    assert "disagrees" not in plan.stderr, plan.stderr
+    assert plan.stdout.split("\n")[2].split()[6:8] == ["24", "240G"], plan.stdout   # cores/node, mem/node
     # CPU stand-ins for the GPUs, as a user without GPUs would set them: 8 processes, 4 on each node
     config["defaults"].update({"device": "cpu", "precision": "fp32", "cpus_per_rank": 1, "mem_gb_per_rank": 2,
                                "batch": {"global": 128, "per_device": 16}, "train": {"epochs": 1}})
     (project / "config/config.yaml").write_text(yaml.safe_dump(config))
-    plan = run([str(BIN / "airetrain"), "plan"], env=env, cwd=project)
-    assert "disagrees" not in plan.stderr, plan.stderr
     run([str(BIN / "snakemake"), "--executor", "slurm", "--profile", "profiles/aire",
          "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "1"],
         env=env, cwd=project, timeout=900)

@@ -145,3 +145,44 @@ def test_a_stop_margin_that_leaves_no_training_time_is_refused():
     p = plan({"checkpoint": {"requeue": True, "max_restarts": 2}})
     assert "--requeue" in p.slurm.extra and "--max-restarts=2" in p.torchrun
     assert "--requeue" not in plan({"checkpoint": {"requeue": False}}).slurm.extra
+
+
+def test_a_monitored_figure_the_run_will_not_report_is_refused_with_the_nearest_name():
+    """Caught before the queue, not inside the job after the first epoch."""
+    msg = refused({"checkpoint": {"monitor": "eval_acc"}})
+    assert ("runs.r.checkpoint.monitor = 'eval_acc' is not a figure this run reports (did you mean 'eval_accuracy'?); "
+            "small_cnn with its loss reports eval_loss, eval_accuracy") in msg
+    assert "reports eval_loss" in refused({"train": {"loss": "mse"}, "checkpoint": {"monitor": "eval_accuracy"}})
+    tuned = {"tune": {"space": {"optim.lr": {"uniform": [0.1, 0.2]}}, "metric": "eval_dise"}}
+    assert "runs.r.tune.metric = 'eval_dise'" in refused({"model": {"name": "unet"}, "data": {"name": "shapes"}, **tuned})
+    assert plan({"model": {"name": "unet"}, "data": {"name": "shapes"}, "checkpoint": {"monitor": "eval_dice"}})
+    # a user's metrics (or model) decide their own names: not checked
+    assert plan({"train": {"metrics": "mylab.metrics:dice"}, "checkpoint": {"monitor": "eval_dice"}})
+
+
+def test_a_search_without_optuna_is_refused_with_its_pip_command(monkeypatch):
+    """This machine has Optuna; the plan is asked as on one without it."""
+    import importlib.util
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "optuna" else found(name, *a))
+    msg = refused({"tune": {"space": {"optim.lr": {"uniform": [0.1, 0.2]}}}})
+    assert "runs.r.tune needs the optuna package, which is not installed here: pip install 'airetrain[tune]'" in msg
+
+
+def test_runs_sharing_one_sqlite_mlflow_store_are_warned_about(caplog):
+    sqlite = {"tracking": {"mlflow": {"tracking_uri": "sqlite:///mlflow.db"}}}
+    plan_all({"defaults": {**sqlite, "seeds": [0, 1]}, "runs": {"a": {}}}, env=ENV)
+    assert "runs a-seed0, a-seed1 would write one SQLite MLflow store, sqlite:///mlflow.db, at once" in caplog.text
+    assert "Use an MLflow server" in caplog.text
+    caplog.clear()
+    plan_all({"runs": {"a": sqlite, "b": {"tracking": {"mlflow": {"tracking_uri": "sqlite:///b.db"}}}}}, env=ENV)
+    assert "SQLite" not in caplog.text   # a store each
+
+
+def test_a_gpus_share_of_cores_and_memory_follows_the_sites_facts():
+    """Aire (24 cores, 250 GB, 3 GPUs a node): 8 cores and 80 GB a GPU; a node of 4 A100s: 6 and 60."""
+    aire = plan({"gpus": 3, "batch": {"global": 96}})
+    assert (aire.cpus_per_rank, aire.mem_gb_per_node) == (8, 240)
+    a100 = {"gpus_per_node": 4, "gpu_type": "a100", "cores_per_node": 24, "mem_gb_per_node": 250}
+    other = plan({"gpus": 8, "batch": {"global": 256}}, site=a100)
+    assert (other.nodes, other.cpus_per_rank, other.cpus_per_node, other.mem_gb_per_node) == (2, 6, 24, 240)
