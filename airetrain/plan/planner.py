@@ -241,8 +241,9 @@ def slurm_disagrees(plans: dict[str, Plan], settings: Settings, env=None) -> lis
     for name, plan in plans.items():
         missing = [p for p in plan.slurm.partition.split(",") if p not in known]
         if missing and plan.gpus:
-            problems.append(f"runs.{name}.slurm.partition = {plan.slurm.partition!r}: this cluster has no partition "
-                            f"{', '.join(missing)}{did_you_mean(missing[0], known)}; its partitions: {', '.join(known)}")
+            problems.append(f"runs.{name}.slurm.partition = {plan.slurm.partition!r}: this cluster has no "
+                            f"partition {', '.join(missing)}{did_you_mean(missing[0], known)}; its partitions: "
+                            f"{', '.join(known)}")
         elif missing:
             out.append(f"run {name}: this cluster has no partition {', '.join(missing)} (slurm.partition); its "
                        f"partitions: {', '.join(known)}. The local executor runs it; --executor slurm would not")

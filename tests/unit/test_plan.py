@@ -154,7 +154,8 @@ def test_a_monitored_figure_the_run_will_not_report_is_refused_with_the_nearest_
             "small_cnn with its loss reports eval_loss, eval_accuracy") in msg
     assert "reports eval_loss" in refused({"train": {"loss": "mse"}, "checkpoint": {"monitor": "eval_accuracy"}})
     tuned = {"tune": {"space": {"optim.lr": {"uniform": [0.1, 0.2]}}, "metric": "eval_dise"}}
-    assert "runs.r.tune.metric = 'eval_dise'" in refused({"model": {"name": "unet"}, "data": {"name": "shapes"}, **tuned})
+    unet = {"model": {"name": "unet"}, "data": {"name": "shapes"}}
+    assert "runs.r.tune.metric = 'eval_dise'" in refused({**unet, **tuned})
     assert plan({"model": {"name": "unet"}, "data": {"name": "shapes"}, "checkpoint": {"monitor": "eval_dice"}})
     # a user's metrics (or model) decide their own names: not checked
     assert plan({"train": {"metrics": "mylab.metrics:dice"}, "checkpoint": {"monitor": "eval_dice"}})
