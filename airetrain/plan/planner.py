@@ -46,6 +46,8 @@ def plan_run(name: str, run: RunConfig, settings: Settings, scratch: Root, env=N
     nodes, nproc = layout.nodes_and_ranks(name, run, site, problems)
     device = run.device if run.device != "auto" else ("cuda" if run.gpus else "cpu")
     cpus_per_rank, cpus_per_node, mem_gb_per_node = layout.per_node(name, run, site, nproc, problems)
+    if run.evaluate:   # no optimizer step: its global batch is one forward pass of every rank
+        run = run.replace(batch=run.batch.replace(global_=run.batch.per_device * nodes * nproc))
     # a script that is not given the batch chooses its own: its batch maths is not checked
     checked = problems if not run.train.script or gives_batch(run.train.args) else []
     batch = layout.batch_maths(name, run, nodes * nproc, checked)

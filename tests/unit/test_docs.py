@@ -1,15 +1,13 @@
 """The README and the docs say what the code does: the configuration reference is generated from the
-schema, every config block is valid, every `airetrain` command line parses, every relative link and
-every file the README's map names exists, and the README is a path of at most 300 lines."""
+schema (every config example plans: test_doc_examples.py), every `airetrain` command line parses, every
+relative link and every file the README's map names exists, and the README is a path of at most 300 lines."""
 import re
 import shlex
 
 import pytest
-import yaml
 
 from airetrain import config_docs
 from airetrain.cli import build_parser
-from airetrain.plan import config as cfg
 from airetrain.schema import load_schema
 from conftest import REPO
 
@@ -35,32 +33,6 @@ def test_the_reference_names_every_key_of_a_run():
     text = (REPO / "docs/configuration.md").read_text()
     for key in load_schema()["$defs"]["run"]["properties"]:
         assert f"| `{key}" in text, key
-
-
-def config_blocks():
-    """(page, block) for every YAML block that is a config, or a part of a run's config."""
-    schema = load_schema()
-    top, run = set(schema["properties"]), set(schema["$defs"]["run"]["properties"])
-    found = []
-    for page, body in blocks("yaml"):
-        block = yaml.safe_load(body)
-        if not isinstance(block, dict):
-            continue
-        if set(block) & top:
-            found.append((page, block if "runs" in block else {**block, "runs": {"x": {}}}))
-        elif set(block) <= run:
-            found.append((page, {"runs": {"x": block}}))
-    return found
-
-
-def test_every_config_block_in_the_readme_and_the_docs_is_valid():
-    found = config_blocks()
-    assert len(found) >= 8 and any(p.name == "README.md" for p, _ in found)
-    for page, block in found:
-        try:
-            cfg.resolve(block)
-        except Exception as e:   # noqa: BLE001 - the message names the page and the block
-            pytest.fail(f"{page.relative_to(REPO)}: {block}: {e}")
 
 
 def command_lines():
