@@ -17,6 +17,7 @@ maps its modules):
 
 The commands (they may import anything):
     cli              the `airetrain` command: the steps the rules run, and tools for users
+    command_config   the config a command reads, as Snakemake reads it from the same words, and its plans
     resolve          the plan step's own work: files counted, user code tried, strategy decided
     job              airetrain.job, for a user's own torchrun script: the deadline and requeue contract
     lightning        airetrain.lightning: the same contract as one Lightning callback
@@ -25,6 +26,7 @@ The commands (they may import anything):
     tuning           the search's steps as commands (`airetrain tune-step`, `tune-table`)
     site_command     `airetrain site`: the site's facts read from SLURM
     health_command   `airetrain health`: the node check, the first step of a run's job
+    workflow_job     `airetrain submit`: the pipeline's Snakemake in a SLURM job of its own, requeued before its limit
     doctor           `airetrain doctor`: what this environment can run
     __main__         `python -m airetrain`
 

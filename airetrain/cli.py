@@ -1,4 +1,4 @@
-"""`airetrain` command: the steps the Snakemake rules call, and tools for users."""
+"""`airetrain`: plan, submit and watch a training pipeline; set up a project; read what the runs did."""
 from __future__ import annotations
 
 import argparse
@@ -9,36 +9,9 @@ from pathlib import Path
 # only what every command needs: each imports its own, so `airetrain report --jobs` starts in a few hundredths
 # of a second
 from .errors import ConfigError, NoSpaceError
-from . import health_command, report_command, site_command, tuning
+from . import health_command, report_command, site_command, tuning, workflow_job
+from .command_config import config_arguments, load_config, load_plans
 from .resolve import resolve_plan
-
-
-def _load_config(args, right_size: bool = False) -> dict:
-    """The config as Snakemake reads it from the same command line (plan.config.workflow_config)."""
-    from .plan.config import workflow_config
-    from .schema import deep_merge
-
-    config = workflow_config(args.configfile, args.config, args.replace_workflow_config)
-    if right_size:   # every run, also one that says resources: requested
-        config = deep_merge(config, {"runs": {name: {"resources": "measured"} for name in config.get("runs") or {}}})
-    return config
-
-
-def _config_arguments(p) -> None:
-    """The options that choose the config, meaning what they mean to Snakemake."""
-    p.add_argument("--configfile", nargs="+", default=[], metavar="FILE",
-                   help="files merged over the Snakefile's configfile: (config/config.yaml), in order, as "
-                        "snakemake --configfile merges them")
-    p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE", help="values over those, as snakemake's")
-    p.add_argument("--replace-workflow-config", action="store_true",
-                   help="the command line's config replaces config/config.yaml instead of updating it")
-
-
-def _load_plans(args, right_size: bool = False) -> dict:
-    from .plan.planner import plan_all
-
-    # right-sized runs keep what they were planned with, and forecast-chosen runs their layout
-    return plan_all(_load_config(args, right_size), results="results")
 
 
 def _forecast(args, plans: dict) -> None:
@@ -50,7 +23,7 @@ def _forecast(args, plans: dict) -> None:
     from .plan.planner import forecast_run
     from .roots import Root
 
-    settings, runs = cfg.resolve(_load_config(args, args.right_size))
+    settings, runs = cfg.resolve(load_config(args, args.right_size))
     at = datetime.now().astimezone()
     forecasts = {}
     for name, run in runs.items():
@@ -74,7 +47,7 @@ def _plan(args) -> None:
     if args.profile:   # its account reaches every job: a placeholder is refused here, as in the workflow
         from .profiles import account_of
         account_of(args.profile)
-    plans = {name: resolve_plan(plan) for name, plan in _load_plans(args, args.right_size).items()}
+    plans = {name: resolve_plan(plan) for name, plan in load_plans(args, args.right_size).items()}
     if args.forecast:
         _forecast(args, plans)
         if args.json:
@@ -103,7 +76,7 @@ def _resolve(args) -> None:
 def _sbatch(args) -> None:
     from .plan.sbatch import script
 
-    plans = _load_plans(args)
+    plans = load_plans(args)
     if args.run not in plans:
         raise ConfigError(f"no run {args.run!r} in the config; runs: {', '.join(plans)}")
     if plans[args.run].config.tune:
@@ -164,7 +137,7 @@ def _history(args) -> None:
 
     from .history import everything, format_history
 
-    plans = _load_plans(args)
+    plans = load_plans(args)
     roots = sorted({plan.roots.scratch for plan in plans.values()})
     lines = [line for root in roots for line in everything(root)]
     if args.run:
@@ -177,12 +150,14 @@ def _status(args) -> None:
     import time
 
     from .report.status import format_status, status
+    from .workflow_job import status_lines
 
-    plans = _load_plans(args)
+    plans = load_plans(args)
     while True:
         runs, searches = tuning.status_names(plans, args.results)   # a search's trials as they appear
         rows = status(runs, args.results, args.logs)
-        text = json.dumps(rows, indent=1, default=str) if args.json else "\n".join([format_status(rows), *searches])
+        text = json.dumps(rows, indent=1, default=str) if args.json else \
+            "\n".join([*status_lines(), format_status(rows), *searches])
         if not args.watch:
             print(text)
             return
@@ -196,7 +171,7 @@ def _status(args) -> None:
 def _restart(args) -> None:
     from .restart import asking, restart
 
-    removed = restart(_load_plans(args), args.runs, Path(args.results), asking(args.yes))
+    removed = restart(load_plans(args), args.runs, Path(args.results), asking(args.yes))
     print(f"removed {len(removed)} paths: the next invocation trains {', '.join(args.runs)} from step 0"
           if removed else "nothing removed")
 
@@ -204,7 +179,7 @@ def _restart(args) -> None:
 def _sync(args) -> None:
     from .tracking.sync import sync
 
-    sync(_load_plans(args), args.runs, args.dry_run, args.timeout)
+    sync(load_plans(args), args.runs, args.dry_run, args.timeout)
 
 
 def _compare(args) -> None:
@@ -240,16 +215,26 @@ class _OneCommand:
         if self.command is not None and name != self.command:
             return _Unbuilt()
         self.found = True
+        if name in WORKFLOW_STEPS:   # callable, but not on the first screen: its help is its own --help
+            kwargs["description"] = kwargs.pop("help", None)
         return self.sub.add_parser(name, **kwargs)
+
+
+# The commands the workflow's rules and jobs run; `airetrain --help` names them in one line.
+WORKFLOW_STEPS = ("resolve", "stage", "launch", "promote", "health", "health-node", "requeue-excluding", "tune-step",
+                  "tune-table", "workflow-job")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser: every command's, or only command's where it is one (else every one)."""
-    parser = argparse.ArgumentParser(prog="airetrain", description=__doc__)
-    sub = _OneCommand(parser.add_subparsers(dest="command", required=True), command)
+    parser = argparse.ArgumentParser(prog="airetrain", description=__doc__,
+                                     epilog="The workflow's own steps, which its rules and jobs run: "
+                                            f"{', '.join(WORKFLOW_STEPS)} (each has its --help).")
+    sub = _OneCommand(parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands"),
+                      command)
 
     p = sub.add_parser("plan", help="validate a config and print every run's plan")
-    _config_arguments(p)
+    config_arguments(p)
     p.add_argument("--write", metavar="DIR", help="also write DIR/<run>/plan.json")
     p.add_argument("--right-size", action="store_true",
                    help="resources: measured for every run: ask for what finished runs of the same profile used")
@@ -278,7 +263,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("sbatch", help="print a stand-alone sbatch script for one run (no Snakemake)")
     p.add_argument("run")
-    _config_arguments(p)
+    config_arguments(p)
     p.add_argument("--workdir", default=".", help="where results/ go (default: here)")
     p.set_defaults(func=_sbatch)
 
@@ -327,7 +312,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="where every run is: planned, pending (why, expected start), staging, training "
                                       "(step, loss, ETA), stopped, done, failed (its last error line)")
-    _config_arguments(p)
+    config_arguments(p)
     p.add_argument("--results", default="results")
     p.add_argument("--logs", default="logs")
     p.add_argument("--json", action="store_true", help="the same rows as JSON, for scripts")
@@ -335,19 +320,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=_status)
 
     p = sub.add_parser("history", help="every finished run's profile and what it measured, one line per run and job")
-    _config_arguments(p)
+    config_arguments(p)
     p.add_argument("--json", action="store_true", help="every line as JSON, its profile and figures in full")
     p.add_argument("run", nargs="*", help="only these runs")
     p.set_defaults(func=_history)
 
     p = sub.add_parser("restart", help="train runs again from step 0: remove their checkpoints, record, results")
-    _config_arguments(p)
+    config_arguments(p)
     p.add_argument("--results", default="results")
     p.add_argument("--yes", action="store_true", help="do not ask")
     p.add_argument("runs", nargs="+")
     p.set_defaults(func=_restart)
     p = sub.add_parser("sync", help="upload the runs' offline W&B sessions not uploaded yet (on the login node)")
-    _config_arguments(p)
+    config_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="list what would be uploaded")
     p.add_argument("--timeout", type=float, default=1800, help="seconds one W&B run's upload may take")
     p.add_argument("runs", nargs="*", help="the runs (default: all)")
@@ -363,6 +348,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     tuning.add_parsers(sub)
     site_command.add_parsers(sub)
     health_command.add_parsers(sub)
+    workflow_job.add_parsers(sub)
     return parser if sub.found or command is None else build_parser()
 
 
@@ -370,7 +356,12 @@ def main(argv=None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)   # none: --help, or a mistake
+    passed = []
+    if command == "submit" and "--" in argv:   # what follows is Snakemake's own
+        argv, passed = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     args = build_parser(command).parse_args(argv)
+    if passed:
+        args.snakemake_args = passed
     try:
         args.func(args)
     except ConfigError as e:

@@ -61,6 +61,7 @@ class Site(_Record):
     compute_nodes_online: bool
     energy: Energy
     allreduce_floor_gbps: float | None = None
+    workflow_partition: str | None = None
 
 
 @dataclass(frozen=True)

@@ -143,3 +143,16 @@ def requeue_excluding(job_id: str, nodes: list[str]) -> tuple[bool, str]:
     said = f"requeued job {job_id} excluding {','.join(excluded)}" if not refused else \
         f"requeued job {job_id}, but SLURM refused its ExcNodeList ({refused})"
     return True, said + (f"; scontrol release: {released}" if released else "")
+
+
+def training_job(lock_path) -> str | None:
+    """The SLURM job that holds a run's trainer lock (train/launcher/lock.py) and is still queued or running, or
+    None: no lock, a lock of no job, a job gone, or no squeue to ask."""
+    import json
+    from pathlib import Path
+
+    try:
+        owner = json.loads(Path(lock_path).read_text()).get("slurm_job_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(owner) if owner and job_alive(str(owner)) else None

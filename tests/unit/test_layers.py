@@ -16,7 +16,7 @@ from conftest import REPO
 PACKAGE = REPO / "airetrain"
 STAGES = {"plan", "health", "stage", "checkpoint", "report", "train", "tune"}
 COMMANDS = {"cli", "job", "lightning", "hf", "doctor", "resolve", "tuning", "site_command", "health_command",
-            "report_command", "__main__"}
+            "report_command", "command_config", "workflow_job", "__main__"}
 ALLOWED = {("train", "checkpoint"): "the trainer saves and resumes through the checkpointer, and script mode "
                                     "mirrors a script's checkpoints to scratch"}
 

@@ -22,6 +22,8 @@ from airetrain.plan.interpreter import rule_python
 from airetrain.plan.planner import datasets_to_prepare, plan_workflow
 from airetrain.plan.overview import format_table
 from airetrain.profiles import account_problem, unquoted
+from airetrain.slurm import training_job
+from airetrain.run_log import LOCK as TRAINER_LOCK
 from airetrain.search_space import rung_name, slots, step_path, tune_folder
 from airetrain.typed import to_dict
 from airetrain.workflow import TRAIN_SCRIPT
@@ -92,6 +94,15 @@ def get_init(wildcards):
     if isinstance(init, dict):
         return f"results/{init['run']}/checkpoint.json"
     return init or []
+
+
+def train_extra(wildcards):
+    """The run's own sbatch options; on the submit host, also a dependency on a job that a Snakemake before this
+    one submitted and that still trains the run (its trainer lock names it): the new job waits in the queue,
+    holding no GPU, starts when that one ends, and resumes where it stopped or finds the run trained."""
+    plan = PLANS[wildcards.run]
+    job = training_job(plan.durable_dir / TRAINER_LOCK) if workflow.is_main_process else None
+    return plan.slurm.extra + (f" --dependency=afterany:{job}" if job else "")
 
 
 def partition(wildcards):

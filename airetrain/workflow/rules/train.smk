@@ -25,7 +25,7 @@ rule train:
         gres=lambda w: slurm(w, "gres") or "",
         slurm_partition=partition,
         slurm_account=account,
-        slurm_extra=lambda w: slurm(w, "extra"),
+        slurm_extra=train_extra,
         qos=lambda w: slurm(w, "qos"),  # None: not asked for, the account's default
         mpi=lambda w: slurm(w, "mpi"),
     params:
