@@ -60,7 +60,11 @@ class Airetrain(TrainerCallback):
 
     def on_init_end(self, args, state, control, **kwargs):
         if Path(args.output_dir).name == DEFAULT_OUTPUT_DIR and not Path(args.output_dir).is_absolute():
-            args.output_dir = str(job.checkpoint_dir())
+            default, args.output_dir = Path(args.output_dir), str(job.checkpoint_dir())
+            try:   # the Trainer made it before any callback ran; nothing goes there now
+                default.rmdir()
+            except OSError:   # not there, or not empty: the user's files stay
+                pass
         if epochs := job.max_epochs():   # a search's rung: it trains to its epochs, then the study decides
             args.num_train_epochs, args.max_steps = epochs, -1
 

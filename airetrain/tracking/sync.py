@@ -138,7 +138,9 @@ def sync(plans: dict, names: list[str], dry_run: bool = False, timeout_s: float 
                           f"runs: {', '.join(plans)}")
     items = [item for name in (names or plans) for item in pending(name, plans[name].durable_dir)]
     if not items:
-        out("nothing to upload: every offline W&B session of these runs is uploaded")
+        offline = [n for n in (names or plans) if (w := plans[n].config.tracking.wandb) and w.mode == "offline"]
+        out("nothing to upload: every offline W&B session of these runs is uploaded" if offline else
+            "nothing to upload: none of these runs logs to W&B offline (tracking: wandb: {mode: offline})")
         return 0
     if dry_run:
         out("\n".join(["would upload:", *(f"  {describe(i)}" for i in items)]))

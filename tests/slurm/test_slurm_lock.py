@@ -1,5 +1,6 @@
 """One trainer per run on the real SLURM cluster: the submitting Snakemake dies while its job trains,
-a second Snakemake submits the run again, and the second job waits for the first (the run's lock)."""
+a second Snakemake submits the run again, and the second job waits for the first: in the queue, holding
+nothing (a dependency on the job the run's lock names), and the lock itself guards the rest."""
 import json
 import os
 
@@ -47,19 +48,22 @@ def test_a_second_snakemake_after_the_first_died_waits_for_the_job_still_trainin
     assert took["event"] == "took the lock" and job1
     run(snakemake_cmd(work, cfg, "--unlock"), cwd=work, env=env)
     second = pipeline("second.log")
-    wait_for(lambda: any(e["event"] == f"waits for SLURM job {job1}" for e in lock_events(run_dir)), timeout=300,
-             what="the second job waiting for the first", every=0.5)
-    job2 = lock_events(run_dir)[-1]["slurm_job_id"]
-    assert job2 != job1
+
+    def waiting():   # the second job: queued behind the first, which the run's lock names
+        return [job for job, why, after in (line.split("|") for line in run(
+            ["squeue", "-h", "-o", "%i|%r|%E"], env=env).stdout.splitlines())
+            if why == "Dependency" and after.startswith(f"afterany:{job1}")]
+    wait_for(waiting, timeout=300, what="the second job queued behind the first", every=0.5)
+    (job2,) = waiting()
     states = run(["squeue", "-h", "-j", f"{job1},{job2}", "-o", "%i %T"], env=env).stdout.split()
-    assert states == [job1, "RUNNING", job2, "RUNNING"] or states == [job2, "RUNNING", job1, "RUNNING"]
+    assert sorted(zip(states[::2], states[1::2])) == sorted([(job1, "RUNNING"), (job2, "PENDING")])
     assert not (results / "train.json").exists()   # the first is still training, the second waits
     hold.unlink()   # the first finishes now
     assert second.wait(timeout=600) == 0, (work / "second.log").read_text()
     # the lock's log: the second took the lock only after the first released it
     log = [(e["slurm_job_id"], e["event"]) for e in lock_events(run_dir)]
-    assert log == [(job1, "took the lock"), (job2, f"waits for SLURM job {job1}"), (job1, "released the lock"),
-                   (job2, f"took the lock after SLURM job {job1} ended"), (job2, "released the lock")]
+    assert log == [(job1, "took the lock"), (job1, "released the lock"), (job2, "took the lock"),
+                   (job2, "released the lock")]
     released = next(e["time"] for e in lock_events(run_dir) if e["event"] == "released the lock")
     sessions = [json.loads(line) for line in (run_dir / "sessions.jsonl").read_text().splitlines()]
     assert [s["slurm_job_id"] for s in sessions] == [job1, job2] and sessions[1]["started"] > released
@@ -68,4 +72,3 @@ def test_a_second_snakemake_after_the_first_died_waits_for_the_job_still_trainin
     assert summary["slurm_job_id"] == job1 and summary["steps_this_session"] == summary["steps"] > 0
     assert "already trained: long resumed at its last step" in (work / "logs/long/train.log").read_text()
     assert read_json(results / "checkpoint.json")["verified"]
-    assert f"run long is being trained by SLURM job {job1}" in (work / "logs/long/train.log").read_text()

@@ -24,7 +24,9 @@ def hf_run(tmp_path, steps: int):
 
 def test_a_killed_hf_trainer_resumes_from_its_durable_checkpoint_to_the_uninterrupted_weights(tmp_path):
     ref_out, ref_cmd = hf_run(tmp_path / "ref", 60)
-    run(ref_cmd)
+    run(ref_cmd, cwd=tmp_path / "ref")
+    # the Trainer makes its default output_dir before any callback runs: the callback leaves no empty folder
+    assert not (tmp_path / "ref" / "trainer_output").exists()
     out, cmd = hf_run(tmp_path / "cut", 60)
     hold = tmp_path / "hold"
     hold.touch()
