@@ -2,9 +2,13 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # Every version comes from envs/requirements.txt (shared with envs/aire.yaml). PIP_EXTRA adds pip
-# options, e.g. an index with the CPU build of torch on a laptop that would otherwise get a CUDA one.
+# options. On Linux without an NVIDIA driver it is PyTorch's CPU index, where that index answers: PyPI's
+# torch for Linux is the CUDA build, gigabytes a CPU never uses. `make PIP_EXTRA=` keeps PyPI's.
 PINS   := envs/requirements.txt
-PIP_EXTRA ?=
+CPU_INDEX := https://download.pytorch.org/whl/cpu
+PIP_EXTRA ?= $(shell [ "$$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null && \
+  python3 -c "import urllib.request; urllib.request.urlopen('$(CPU_INDEX)/torch/', timeout=5)" 2>/dev/null && \
+  echo --extra-index-url $(CPU_INDEX))
 CORES  ?= 2
 
 .PHONY: demo test check install browser lint lock clean slurm-up slurm-down bench
