@@ -217,3 +217,17 @@ def test_sync_lists_what_is_not_uploaded_and_refuses_without_credentials_or_netw
         sync.sync(plans, ["q"])
     assert shutil.which("wandb", path=str(BIN))   # the command sync runs is the environment's own
     assert subprocess.run([str(BIN / "wandb"), "sync", "--help"], capture_output=True).returncode == 0
+
+
+def test_sync_in_a_project_without_offline_wandb_says_so(tmp_path):
+    from airetrain.plan.planner import plan_all
+
+    plans = plan_all({"roots": {"scratch": str(tmp_path)}, "runs": {"r": {}}}, env={"HOME": "/nonexistent"})
+    lines = []
+    assert sync.sync(plans, [], out=lines.append) == 0
+    assert lines == ["nothing to upload: none of these runs logs to W&B offline (tracking: wandb: {mode: offline})"]
+    plans = plan_all({"roots": {"scratch": str(tmp_path)}, "runs": {"r": {"tracking": {"wandb": {"project": "p"}}}}},
+                     env={"HOME": "/nonexistent"})
+    lines.clear()
+    sync.sync(plans, [], out=lines.append)
+    assert lines == ["nothing to upload: every offline W&B session of these runs is uploaded"]
