@@ -18,9 +18,10 @@ the job: rules/common.smk gives the new job a dependency) and then resume or fin
 How the job tells that no other Snakemake of the project is alive before it unlocks: once its Snakemake holds
 the lock, it records the lock files it took (their names and times) in logs/workflow/locks.json with its job id.
 A later session unlocks only when the lock files are exactly those, and that job is this one (requeued) or one
-SLURM no longer lists. A Snakemake started by hand takes lock files of its own, which differ: they are left
-alone, and Snakemake says the directory is locked. `airetrain submit` refuses a second workflow job of the
-project while one is queued or running (the job name is the project's).
+SLURM no longer lists; it then cancels the jobs that Snakemake had queued and that have not started (they hold
+nothing; the new Snakemake queues their runs again). A Snakemake started by hand takes lock files of its own,
+which differ: they are left alone, and Snakemake says the directory is locked. `airetrain submit` refuses a
+second workflow job of the project while one is queued or running (the job name is the project's).
 """
 from __future__ import annotations
 
@@ -121,6 +122,23 @@ def stale_locks_of_ours(project: Path, job: str | None) -> str | None:
     return None
 
 
+def cancel_orphans(project: Path) -> list[str]:
+    """Cancel the project's pending jobs (its working directory's, but for the workflow job) once the Snakemake
+    that queued them is gone: none follows them, and the next one queues their runs again. Running jobs are left
+    to finish; they are waited for (rules/common.smk)."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-u", getpass.getuser(), "-t", "PENDING", "-o", "%i|%Z|%j"],
+                             capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    here, name = str(project.resolve()), job_name(project)
+    ids = [job for job, workdir, job_name_ in (line.split("|", 2) for line in out.splitlines() if line.count("|") >= 2)
+           if workdir == here and job_name_ != name]
+    if ids:
+        subprocess.run(["scancel", *ids], check=False, timeout=120)
+    return ids
+
+
 def run_in_job(argv: list[str], project: Path = Path("."), say=print) -> int:
     """The workflow job's body: Snakemake with argv and --rerun-incomplete, until it ends or the job's time does."""
     job = slurm.job_id()
@@ -128,12 +146,15 @@ def run_in_job(argv: list[str], project: Path = Path("."), say=print) -> int:
     # are allocations of their own, not steps of this one (SLURM_CONF names the cluster and stays).
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
     snakemake = str(Path(sys.executable).with_name("snakemake"))
-    say(f"airetrain workflow job {job}, started {time.strftime('%Y-%m-%d %H:%M:%S')} "
-        f"(requeued {slurm.job_restarts(job) if job else 0} times): snakemake {shlex.join(argv)}", flush=True)
+    say(f"airetrain workflow job {job}, started {time.strftime('%Y-%m-%d %H:%M:%S')} (SLURM's restarts of this "
+        f"job: {slurm.job_restarts(job) if job else 0}): snakemake {shlex.join(argv)}", flush=True)
     if _locks(project):
         if why := stale_locks_of_ours(project, job):
             say(f"unlocking the project: {why}", flush=True)
             subprocess.run([snakemake, "--unlock", *argv], env=env, check=False)
+            if orphans := cancel_orphans(project):
+                say(f"cancelled the jobs that Snakemake had queued and no Snakemake follows now, {', '.join(orphans)}: "
+                    "they held nothing, and their runs are submitted again", flush=True)
         else:
             say("the project is locked by a Snakemake that is not this workflow's job: not unlocking "
                 "(if none runs, `snakemake --unlock` once)", flush=True)

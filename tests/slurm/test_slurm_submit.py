@@ -1,9 +1,10 @@
 """`airetrain submit` on the real SLURM cluster: the pipeline's Snakemake runs in a job of its own, and nothing is
 left running on the submitting side. The workflow's job is cancelled while both runs train; their jobs go on.
 Submitted again, the new workflow job unlocks the lock its predecessor left (and only because it was that job's),
-its jobs for the two runs wait in the queue behind the ones still training (a dependency, holding nothing), and
-the pipeline finishes with nothing trained twice: the model's own count of training forward passes equals the
-optimizer steps of each run."""
+and its jobs for the two runs wait in the queue behind the ones still training (a dependency, holding nothing).
+Then SLURM's warning before the job's limit is sent: the job stops its Snakemake, requeues itself, unlocks its own
+lock, cancels the jobs its Snakemake had queued, and queues the runs again. The pipeline finishes with nothing
+trained twice: the model's own count of training forward passes is each run's optimizer steps and no more."""
 import json
 import os
 
@@ -97,6 +98,18 @@ def test_the_workflow_job_outlives_a_cancel_and_nothing_is_trained_twice(slurm_c
                 if info["reason"] == "Dependency"}
     wait_for(lambda: sorted(waiting()) == sorted(trainers.values()), timeout=180,
              what="the resubmitted runs waiting on their trainers", every=0.5)
+    queued_before = set(waiting().values())
+    # SLURM's warning before the limit (--signal=B:USR1@300), sent now: Snakemake is stopped, the job requeued
+    run(["scancel", "--batch", "--signal=USR1", job2], env=env)
+    wait_for(lambda: "SLURM's restarts of this job: 1" in log.read_text(), timeout=400,
+             what="the workflow job requeued and started again", every=1)
+    wait_for(lambda: "cancelled the jobs that Snakemake had queued" in log.read_text(), timeout=120,
+             what="its own lock removed, and its Snakemake's queued jobs cancelled", every=0.5)
+    text = log.read_text()
+    assert f"requeueing job {job2}" in text and "unlocking the project: they are this job's own" in text
+    assert all(job in text.split("cancelled the jobs")[1].splitlines()[0] for job in queued_before)
+    wait_for(lambda: sorted(waiting()) == sorted(trainers.values()) and not set(waiting().values()) & queued_before,
+             timeout=180, what="the runs queued again behind their trainers", every=0.5)
     again = {name: waiting()[job] for name, job in trainers.items()}
     (tmp_path / "hold").unlink()
     wait_for(lambda: job2 not in queue(env), timeout=600, what="the pipeline finishing", every=1)
