@@ -12,12 +12,12 @@ if TYPE_CHECKING:   # the records are imported where a plan is resolved, not by 
 
 def resolve_plan(plan: Plan) -> Plan:
     """The plan as plan.json holds it: a dataset folder's files counted against the fast root's quota,
-    the durable root's room for its checkpoints checked, the user's code tried once (train/preflight.py: it fails here,
+    the durable root's room for its checkpoints checked, the user's code tried once (train/plan_check.py: it fails here,
     not after the wait in the queue), and strategy: auto decided from the memory estimate, which the
     torch side makes (building the run's model on the meta device) where the decision needs it."""
     from .plan.strategy import decide, needs_estimate
     from .quota import durable_room, walked
-    from .train.preflight import check, check_evaluation, needs_check
+    from .train.plan_check import check, check_evaluation, needs_check
 
     plan = walked(plan)   # a dataset folder without an index or files.json: counted here, once
     if needs_check(plan):

@@ -9,7 +9,7 @@ import sys
 def _site(args) -> None:
     import yaml
 
-    from .site_facts import fast_root, read_site
+    from .site_facts import fast_root_note, read_site
 
     site, missing, partition, sources = read_site(args.partition, args.qos)
     if not site:
@@ -19,7 +19,7 @@ def _site(args) -> None:
     print(f"# partition {partition}, read from SLURM\n{text}", end="")
     for key, where in sources.items():
         print(f"# {key}: {where}")
-    if fast := fast_root():
+    if fast := fast_root_note():
         print(f"# the fast root: {fast}")
     for line in missing:
         print(f"# not found: {line}")

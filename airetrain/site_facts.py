@@ -1,7 +1,7 @@
 """The site's facts read from SLURM itself (`airetrain site`), and where a config's `site:` disagrees with them.
 
     read_site(partition, qos)   ({site key: value} SLURM gives for a partition, [what it could not find], ...)
-    fast_root()                 inside a job: its fast root, and whether its nodes share it
+    fast_root_note()            inside a job: a sentence naming its fast root, and whether its nodes share it
     disagreements(site, read)   the config's site: keys that differ from what SLURM says
 
 From scontrol show partition (its nodes, MaxTime and QoS), scontrol show node (each node's CPUTot, RealMemory
@@ -69,9 +69,9 @@ def read_site(partition: str | None = None, qos: str | None = None,
         return {}, [f"SLURM does not answer here (scontrol show partition {partition or '(default)'})"], partition, {}
     part = _pairs(text)
     site: dict = {}
-    hours = duration_s(part.get("MaxTime")) if part.get("MaxTime") not in (None, "UNLIMITED") else None
-    if hours:
-        site["max_wall_hours"] = round(hours / 3600, 2)
+    max_wall_s = duration_s(part.get("MaxTime")) if part.get("MaxTime") not in (None, "UNLIMITED") else None
+    if max_wall_s:
+        site["max_wall_hours"] = round(max_wall_s / 3600, 2)
     else:
         missing.append(f"max_wall_hours: partition {partition} has MaxTime={part.get('MaxTime')}")
     hosts = (_run(["scontrol", "show", "hostnames", part.get("Nodes", "")], env) or "").split()
@@ -95,13 +95,13 @@ def read_site(partition: str | None = None, qos: str | None = None,
         missing.append(f"max_gpus_per_user: no gres/gpu limit in QoS {qos or '(your default)'}, partition "
                        f"{partition}'s QoS ({part.get('QoS', 'N/A')}) or your association (or accounting does not "
                        "answer)")
-    if fast_root(env) is None:
+    if fast_root_note(env) is None:
         missing.append("the fast root: not told on a login node (srun -p PARTITION -t 1 airetrain site reads a "
                        "job's $TMP_SHARED or $TMPDIR)")
     return site, missing, partition, sources
 
 
-def fast_root(env=None) -> str | None:
+def fast_root_note(env=None) -> str | None:
     """Inside a job, which folder is its fast root and how it is shared, told from the job's environment;
     None on a login node, where no job's folders exist."""
     env = os.environ if env is None else env

@@ -3,7 +3,7 @@
     airetrain tune-step  --plan results/<tune>/plan.json --settings-json ... --slot S --step K --out FILE
     airetrain tune-table --plan results/<tune>/plan.json --out results/<tune>
 
-A command, not a stage: a step plans the trial the study proposes (plan/tune.py), so that a trial whose
+A command, not a stage: a step plans the trial the study proposes (plan/search.py), so that a trial whose
 plan is refused (a batch that does not divide, say) is failed in the study with the reason, not submitted.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
     config       load, validate and resolve the config; evaluation runs and init_from edges
     sweep        sweep grids and seeds expanded into named runs; groups of seeds
     planner      one run, all runs, a workflow's parse (a tuned run's trials when looked up): the Plan record
-    tune         a tuned run's search refused before anything is submitted
+    search       a tuned run's search refused before anything is submitted
     layout       GPUs to nodes and ranks, the batch to accumulation, cores and memory
     refusals     what is refused before anything is submitted, and warnings
     strategy     strategy: auto decided from the memory estimate

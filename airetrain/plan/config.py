@@ -217,7 +217,7 @@ def resolve(config: dict) -> tuple[Settings, dict[str, RunConfig]]:
 def check_tunes(runs: dict[str, RunConfig], grids: dict[str, dict]) -> None:
     """A tuned run is not also a grid (sweep: or seeds:, whose runs would each be searched), and no run is
     named as its trials are: refused before anything is submitted."""
-    from .tune import colliding_names
+    from .search import colliding_names
 
     problems = colliding_names(runs)
     for name, grid in grids.items():

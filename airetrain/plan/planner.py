@@ -27,7 +27,7 @@ from ..records import Minutes, Plan, PlanRoots, RecordError, read_record
 from ..roots import Root, durable_root, run_dir
 from ..run_config import RunConfig, Settings
 from ..search_space import parse_rung, rung_name, trial_config, trial_file, trial_name
-from . import config as cfg, layout, refusals, sweep, tune
+from . import config as cfg, layout, refusals, search, sweep
 from .request import slurm_request, torchrun_args
 from .rightsize import measured_requests
 
@@ -60,7 +60,7 @@ def plan_run(name: str, run: RunConfig, settings: Settings, scratch: Root, env=N
     account = refusals.account(name, run, env, problems)
     warnings += refusals.trainer(name, run, device, problems)
     warnings += refusals.tracking(name, run, site, problems)
-    tune.refusals(name, run, settings, problems)
+    search.refusals(name, run, settings, problems)
     script = refusals.script(name, run, problems)
     refusals.refuse(name, problems)
 
@@ -169,7 +169,7 @@ def plan_all(config: dict, env=None, scratch: Root | None = None,
     without it the root is resolved here, from the config and the environment. results: where
     each run's plan.json is: a right-sized run keeps the requests it was planned with, and a run
     whose layout a forecast chose keeps that layout. forecast_now: False inside a job, which never
-    asks the scheduler. A tuned run's trials are planned when first looked up (plan/tune.py)."""
+    asks the scheduler. A tuned run's trials are planned when first looked up (plan/search.py)."""
     settings, runs = cfg.resolve(config)
     scratch = scratch or durable_root(settings.roots.scratch, env)
     plans, problems = {}, []

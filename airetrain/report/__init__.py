@@ -2,7 +2,7 @@
 
 The efficiency report:
     query           ONE sacct call for all jobs, started before its answer is needed
-    columns         the columns it asks for
+    sacct_fields    the fields it asks sacct for
     jobs            its rows folded into one Job per id, as seff computes the figures
     seff            seff's own figures where a site installs it, as a cross-check
     collection      a row per run or job, joined with the trainer's figures, with advice

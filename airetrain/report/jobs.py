@@ -22,7 +22,7 @@ from functools import lru_cache
 from types import MappingProxyType
 
 from ..units import SIZE_UNITS_MB, duration_s, size_mb
-from .columns import FIELDS
+from .sacct_fields import FIELDS
 
 
 def seconds(text: str) -> float:

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from .columns import FIELDS
+from .sacct_fields import FIELDS
 
 if TYPE_CHECKING:   # the fold is imported once the call is under way
     from .jobs import Job

@@ -22,7 +22,7 @@
     optim         the optimizer and its learning-rate schedule
     finetune      start weights (init_from) and frozen parameters
     estimate      the per-GPU memory estimate behind strategy: auto
-    preflight     the user's code tried once at plan time
+    plan_check    the user's code tried once at plan time
     parallel/     process_group (device, backend, rank 0) · wrap (DDP, FSDP2) · fsdp_units (what FSDP shards)
     launcher/     launch (torchrun, srun, requeue) · lock (one trainer per run) · script (a user's own script)
 """

@@ -21,7 +21,7 @@ from .datasets import build_datasets, dataset_meta
 from .models import build_model
 from .objective import Objective
 from .parallel.fsdp_units import find_units
-from .preflight import failed, meta_device_limit, named_code
+from .plan_check import failed, meta_device_limit, named_code
 
 GB = 1e9
 OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8, "sgd": 4}  # fp32 moments (Adam: 2, SGD momentum: 1)

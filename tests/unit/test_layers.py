@@ -205,3 +205,13 @@ def test_every_module_is_named_in_its_packages_map():
         missing, stale = sorted(present - listed), sorted(first - present)
         assert not missing, f"{init.relative_to(REPO)}'s map has no entry for {', '.join(missing)}"
         assert not stale, f"{init.relative_to(REPO)}'s map names {', '.join(stale)}, which is not there"
+
+
+def test_no_two_modules_share_a_name():
+    """A name says what a module holds: two modules of one name in two rooms hold two things under one word."""
+    by_name: dict[str, list[str]] = {}
+    for name in modules():   # the scripts torchrun runs are files, not modules anything imports
+        if name != "airetrain" and not name.startswith("airetrain.workflow.scripts."):
+            by_name.setdefault(name.rsplit(".", 1)[-1], []).append(name)
+    shared = {stem: names for stem, names in by_name.items() if len(names) > 1}
+    assert shared == {}, shared

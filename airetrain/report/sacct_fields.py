@@ -1,4 +1,4 @@
-"""The columns the query asks sacct for, in the order it prints them: query.py asks, jobs.py folds.
+"""The fields the query asks sacct for, in the order it prints them: query.py asks, jobs.py folds.
 
 A module of its own so that the call starts before the fold's code is imported."""
 

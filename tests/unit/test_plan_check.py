@@ -1,4 +1,4 @@
-"""train/preflight.py: the user's code tried at plan time, so that code that cannot work is refused
+"""train/plan_check.py: the user's code tried at plan time, so that code that cannot work is refused
 before the run waits in the GPU queue. Each module here is written the way users write theirs."""
 import itertools
 
@@ -6,7 +6,7 @@ import pytest
 
 from airetrain.resolve import resolve_plan
 from airetrain.plan.planner import plan_all
-from airetrain.train.preflight import UserCodeError, needs_check
+from airetrain.train.plan_check import UserCodeError, needs_check
 from conftest import ENV
 
 GOOD = """
