@@ -15,36 +15,11 @@ from __future__ import annotations
 import os
 import pwd
 import re
-import subprocess
 
+from . import slurm
 from .units import duration_s
 
 SITE_KEYS = ("gpus_per_node", "gpu_type", "cores_per_node", "mem_gb_per_node", "max_wall_hours", "max_gpus_per_user")
-
-
-def _run(argv: list[str], env=None) -> str | None:
-    """A SLURM command's output, or None where SLURM is not here or does not answer."""
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, env=env)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
-def _pairs(text: str) -> dict[str, str]:
-    """scontrol's one-line records: 'Key=value Key2=value2' -> dict (values without spaces)."""
-    return dict(item.split("=", 1) for item in text.split() if "=" in item)
-
-
-def partitions(env=None) -> list[str] | None:
-    """The cluster's partitions, or None where SLURM is not here or does not answer."""
-    out = _run(["sinfo", "-h", "-o", "%P"], env)
-    return None if out is None else [p.rstrip("*") for p in out.split()]
-
-
-def default_partition(env=None) -> str | None:
-    out = _run(["sinfo", "-h", "-o", "%P"], env)
-    return next((p.rstrip("*") for p in (out or "").split() if p.endswith("*")), None)
 
 
 def gpu_gres(gres: str) -> tuple[int, str | None]:
@@ -63,19 +38,19 @@ def read_site(partition: str | None = None, qos: str | None = None,
     env = os.environ if env is None else env
     missing: list[str] = []
     sources: dict[str, str] = {}
-    partition = partition or default_partition(env)
-    text = _run(["scontrol", "show", "partition", "-o", partition], env) if partition else None
+    partition = partition or slurm.default_partition(env)
+    text = slurm.query(["scontrol", "show", "partition", "-o", partition], env) if partition else None
     if not text:
         return {}, [f"SLURM does not answer here (scontrol show partition {partition or '(default)'})"], partition, {}
-    part = _pairs(text)
+    part = slurm.key_values(text)
     site: dict = {}
     max_wall_s = duration_s(part.get("MaxTime")) if part.get("MaxTime") not in (None, "UNLIMITED") else None
     if max_wall_s:
         site["max_wall_hours"] = round(max_wall_s / 3600, 2)
     else:
         missing.append(f"max_wall_hours: partition {partition} has MaxTime={part.get('MaxTime')}")
-    hosts = (_run(["scontrol", "show", "hostnames", part.get("Nodes", "")], env) or "").split()
-    nodes = [_pairs(_run(["scontrol", "show", "node", "-o", host], env) or "") for host in hosts]
+    hosts = slurm.hostnames(part.get("Nodes", ""), env)
+    nodes = [slurm.key_values(slurm.query(["scontrol", "show", "node", "-o", host], env) or "") for host in hosts]
     nodes = [n for n in nodes if n]
     if nodes:
         gres = [gpu_gres(n.get("Gres", "")) for n in nodes]
@@ -129,14 +104,14 @@ def gpu_cap(partition_qos: str | None, qos: str | None, env) -> tuple[int, str] 
     association (GrpTRES; MaxTRES, a job's). None where none of them limits GPUs."""
     # $USER is unset in some shells (a container's, cron's): the account database's name for this uid then
     user = env.get("USER") or env.get("LOGNAME") or pwd.getpwuid(os.getuid()).pw_name
-    assoc = _run(["sacctmgr", "-nP", "show", "assoc", "where", f"user={user}", "format=DefaultQOS,GrpTRES,MaxTRES"],
-                 env) or ""
+    assoc = slurm.query(["sacctmgr", "-nP", "show", "assoc", "where", f"user={user}",
+                         "format=DefaultQOS,GrpTRES,MaxTRES"], env) or ""
     qos = qos or next((line.split("|")[0] for line in assoc.splitlines() if line.split("|")[0]), "normal")
     found = [(n, f"your association's {field}") for n, field in _gpu_limits(assoc, ("DefaultQOS", "GrpTRES",
                                                                                     "MaxTRES"))]
     for name, whose in ((qos, f"QoS {qos} (the job's)"), (partition_qos, f"the partition's QoS {partition_qos}")):
         if name and name not in ("N/A", "(null)"):
-            out = _run(["sacctmgr", "-nP", "show", "qos", name, "format=MaxTRESPerUser,GrpTRES"], env) or ""
+            out = slurm.query(["sacctmgr", "-nP", "show", "qos", name, "format=MaxTRESPerUser,GrpTRES"], env) or ""
             found += [(n, f"{whose} {field}") for n, field in _gpu_limits(out, ("MaxTRESPerUser", "GrpTRES"))]
     return min(found) if found else None
 

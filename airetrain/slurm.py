@@ -1,5 +1,9 @@
-"""What the steps ask of SLURM from inside a job: its id, a step on every node, the job's remaining time,
-how often it was requeued, whether a job is still queued or running.
+"""Every call of SLURM's commands (sbatch, scontrol, sacct, sacctmgr, sinfo, squeue, srun, scancel): the
+only module that runs them, through one runner with one timeout policy (call, query, start), one reader of
+scontrol's Key=Value records and one of node lists. A test holds it: no other module names one of those
+commands in a subprocess call. What the steps ask from inside a job (its id, a step on every node, its
+time left, how often it was requeued, whether a job is still queued), what the plan and `airetrain site`
+ask of the cluster, and what `airetrain submit` and the launcher tell it.
 
 Each answers None (or a plain default) where SLURM's commands are missing or fail, and never raises
 for that: outside a cluster the steps go on without SLURM.
@@ -12,6 +16,47 @@ import subprocess
 import sys
 
 from .units import duration_s
+
+
+TIMEOUT_S = 60   # one policy: a controller that has not answered in a minute is not answering
+
+
+def call(argv: list[str], env=None, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess | None:
+    """Run one SLURM command; its outcome, or None where the command is missing or did not answer in time."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def query(argv: list[str], env=None, timeout: float = TIMEOUT_S) -> str | None:
+    """A SLURM command's output, or None where SLURM is not here, does not answer, or refuses."""
+    done = call(argv, env, timeout)
+    return done.stdout if done is not None and done.returncode == 0 else None
+
+
+def start(argv: list[str], stderr) -> subprocess.Popen | None:
+    """A query started now and read later (the report's sacct, while the fold's code is imported); None where
+    the command is missing."""
+    try:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    except FileNotFoundError:
+        return None
+
+
+def sacct_argv(fields: list[str], job_ids: list[str] | None = None, since: str | None = None) -> list[str]:
+    """sacct's command line for these fields of these jobs (or those started since), every run of a requeued job."""
+    argv = ["sacct", "--noheader", "--parsable2", "--duplicates", "--format", ",".join(fields)]
+    if job_ids:
+        argv += ["--jobs", ",".join(job_ids)]
+    if since:
+        argv += ["--starttime", since]
+    return argv
+
+
+def key_values(text: str) -> dict[str, str]:
+    """scontrol's one-line records (-o): 'Key=value Key2=value2' -> {Key: value}."""
+    return dict(re.findall(r"(\w+)=(\S*)", text))
 
 
 def job_id(env=None) -> str | None:
@@ -35,11 +80,7 @@ def on_every_node(nodes: int, cpus_per_node: int, argv: list[str]) -> None:
 
 def remaining_seconds(job_id: str) -> float | None:
     """The job's time left (`squeue -h -j JOB -o %L`, so that an extended limit counts); None: not known."""
-    try:
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%L"], capture_output=True, text=True,
-                             timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
+    out = query(["squeue", "-h", "-j", job_id, "-o", "%L"]) or ""
     return duration_s(out.splitlines()[0]) if out.strip() else None
 
 
@@ -51,9 +92,8 @@ def job_restarts(job_id: str) -> int:
 
 def job_alive(job_id: str) -> bool | None:
     """Whether squeue still lists the job (pending, running, completing, requeued); None: no squeue."""
-    try:
-        proc = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
+    proc = call(["squeue", "-h", "-j", job_id, "-o", "%T"])
+    if proc is None:
         return None
     return proc.returncode == 0 and bool(proc.stdout.strip())   # a job gone from squeue is refused or empty
 
@@ -61,33 +101,19 @@ def job_alive(job_id: str) -> bool | None:
 def job_fields(job_id: str) -> dict[str, str]:
     """`scontrol show job`'s Key=Value fields of a job (NodeList, ExcNodeList, Partition, Restarts);
     {} where scontrol cannot answer."""
-    try:
-        out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
-                             timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    return dict(re.findall(r"(\w+)=(\S*)", out))
+    return key_values(query(["scontrol", "show", "job", "-o", job_id]) or "")
 
 
-def hostnames(nodelist: str) -> list[str]:
+def hostnames(nodelist: str, env=None) -> list[str]:
     """A SLURM node list (labgpu[1-3]) as its host names; [] for none or where scontrol cannot say."""
     if not nodelist or nodelist == "(null)":
         return []
-    try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                             timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return out.split()
+    return (query(["scontrol", "show", "hostnames", nodelist], env) or "").split()
 
 
 def usable_nodes(partition: str) -> list[str]:
     """The partition's nodes SLURM may allocate: not down, drained, failing or in maintenance."""
-    try:
-        out = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N %t"], capture_output=True, text=True,
-                             timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
+    out = query(["sinfo", "-h", "-N", "-p", partition, "-o", "%N %t"]) or ""
     unusable = ("down", "drain", "drng", "fail", "maint", "boot", "futr", "npc", "inval")
     return sorted({node for node, state in (line.split() for line in out.splitlines() if len(line.split()) == 2)
                    if not state.rstrip("*~#!%$@^-").startswith(unusable)})
@@ -130,10 +156,9 @@ def requeue_excluding(job_id: str, nodes: list[str]) -> tuple[bool, str]:
     excluded = sorted({*hostnames(job_fields(job_id).get("ExcNodeList", "")), *nodes})
 
     def scontrol(*argv: str) -> str | None:
-        try:
-            proc = subprocess.run(["scontrol", *argv], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.SubprocessError) as e:
-            return str(e)
+        proc = call(["scontrol", *argv])
+        if proc is None:
+            return "scontrol did not answer"
         return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
 
     if refused := scontrol("requeuehold", job_id):
@@ -156,3 +181,56 @@ def training_job(lock_path) -> str | None:
     except (OSError, ValueError, AttributeError):
         return None
     return str(owner) if owner and job_alive(str(owner)) else None
+
+
+def requeue(job_id: str) -> str | None:
+    """Requeue a job (the launcher's own at its deadline, the workflow job before its limit): None, or why SLURM
+    refused."""
+    proc = call(["scontrol", "requeue", job_id])
+    if proc is None:
+        return "scontrol did not answer"
+    return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
+
+
+def partitions(env=None) -> list[str] | None:
+    """The cluster's partitions, or None where SLURM is not here or does not answer."""
+    out = query(["sinfo", "-h", "-o", "%P"], env)
+    return None if out is None else [p.rstrip("*") for p in out.split()]
+
+
+def default_partition(env=None) -> str | None:
+    out = query(["sinfo", "-h", "-o", "%P"], env)
+    return next((p.rstrip("*") for p in (out or "").split() if p.endswith("*")), None)
+
+
+def user_jobs(fields: str, *options: str) -> list[list[str]] | None:
+    """This user's jobs that squeue lists, each its fields (squeue -o, '|' between them); None without squeue."""
+    import getpass
+
+    out = query(["squeue", "-h", "-u", getpass.getuser(), *options, "-o", fields])
+    return None if out is None else [line.split("|") for line in out.splitlines() if line.strip()]
+
+
+def submit(script: str) -> tuple[str | None, str]:
+    """sbatch a batch script: (its job id, '') or (None, why sbatch refused)."""
+    proc = call(["sbatch", "--parsable", script], timeout=120)
+    if proc is None:
+        return None, "sbatch is not here, or did not answer"
+    if proc.returncode != 0:
+        return None, proc.stderr.strip() or f"exit {proc.returncode}"
+    return proc.stdout.strip().split(";")[0], ""
+
+
+def cancel(job_ids: list[str]) -> None:
+    if job_ids:
+        call(["scancel", *job_ids], timeout=120)
+
+
+def test_only(options: list[str], env=None) -> subprocess.CompletedProcess | str:
+    """`sbatch --test-only` of a request (nothing is queued): its outcome, or why it was not asked."""
+    import shutil
+
+    sbatch = shutil.which("sbatch", path=(os.environ if env is None else env).get("PATH", ""))
+    if sbatch is None:
+        return "sbatch is not available here"
+    return call([sbatch, "--test-only", *options, "--wrap", "true"], env, timeout=30) or "sbatch --test-only failed"

@@ -26,7 +26,6 @@ second workflow job of the project while one is queued or running (the job name 
 from __future__ import annotations
 
 import argparse
-import getpass
 import hashlib
 import json
 import os
@@ -59,12 +58,11 @@ def job_name(project: Path) -> str:
 
 def queued(name: str) -> list[str]:
     """The ids of this user's jobs of that name that SLURM still lists."""
-    try:
-        out = subprocess.run(["squeue", "-h", "-u", getpass.getuser(), "-n", name, "-o", "%i"], capture_output=True,
-                             text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as e:
-        raise ConfigError(f"airetrain submit needs SLURM's squeue and sbatch here (a login node): {e}") from None
-    return out.stdout.split()
+    jobs = slurm.user_jobs("%i", "-n", name)
+    if jobs is None:
+        raise ConfigError("airetrain submit needs SLURM's squeue and sbatch here (a login node): squeue does not "
+                          "answer")
+    return [fields[0] for fields in jobs]
 
 
 def batch_script(project: Path, argv: list[str], minutes: int, partition: str | None, account: str | None) -> str:
@@ -90,10 +88,9 @@ def submit(project: Path, argv: list[str], minutes: int, partition: str | None, 
     (project / FOLDER).mkdir(parents=True, exist_ok=True)
     script = project / SCRIPT
     script.write_text(batch_script(project, argv, minutes, partition, account))
-    proc = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        raise ConfigError(f"sbatch refused the workflow's job: {proc.stderr.strip()}")
-    job = proc.stdout.strip().split(";")[0]
+    job, refused = slurm.submit(str(script))
+    if job is None:
+        raise ConfigError(f"sbatch refused the workflow's job: {refused}")
     (project / RECORD).write_text(json.dumps({"job": job, "name": name, "log": str(LOG), "argv": argv,
                                               "submitted": time.time()}))
     return job
@@ -126,16 +123,10 @@ def cancel_orphans(project: Path) -> list[str]:
     """Cancel the project's pending jobs (its working directory's, but for the workflow job) once the Snakemake
     that queued them is gone: none follows them, and the next one queues their runs again. Running jobs are left
     to finish; they are waited for (rules/common.smk)."""
-    try:
-        out = subprocess.run(["squeue", "-h", "-u", getpass.getuser(), "-t", "PENDING", "-o", "%i|%Z|%j"],
-                             capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
     here, name = str(project.resolve()), job_name(project)
-    ids = [job for job, workdir, job_name_ in (line.split("|", 2) for line in out.splitlines() if line.count("|") >= 2)
-           if workdir == here and job_name_ != name]
-    if ids:
-        subprocess.run(["scancel", *ids], check=False, timeout=120)
+    ids = [fields[0] for fields in slurm.user_jobs("%i|%Z|%j", "-t", "PENDING") or []
+           if len(fields) == 3 and fields[1] == here and fields[2] != name]
+    slurm.cancel(ids)
     return ids
 
 
@@ -183,8 +174,9 @@ def _requeue(proc: subprocess.Popen, job: str | None, say) -> int:
     except subprocess.TimeoutExpired:
         proc.kill()   # it would wait for the running jobs, which train in their own allocations
         proc.wait()
-    if job:
-        subprocess.run(["scontrol", "requeue", job], check=False, timeout=120)
+    if job and (refused := slurm.requeue(job)):
+        say(f"scontrol requeue {job} was refused ({refused}): `airetrain submit` again picks the pipeline up",
+            flush=True)
     return 0
 
 
@@ -194,11 +186,7 @@ def status_lines(project: Path = Path("."), last: int = 5) -> list[str]:
         record = json.loads((project / RECORD).read_text())
     except (OSError, ValueError):
         return []
-    try:
-        out = subprocess.run(["squeue", "-h", "-j", record["job"], "-o", "%T %M %L %R"], capture_output=True,
-                             text=True, timeout=60).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        out = []
+    out = (slurm.query(["squeue", "-h", "-j", record["job"], "-o", "%T %M %L %R"]) or "").split()
     state = (f"{out[0].lower()}, {out[1]} so far, {out[2]} left" + (f" ({out[3]})" if out[0] == "PENDING" else "")
              if len(out) >= 4 else "not queued or running (ended)")
     lines = [f"workflow job {record['job']} (airetrain submit): {state}; log {record['log']}"]

@@ -15,13 +15,11 @@
 from __future__ import annotations
 
 import math
-import os
 import re
-import shutil
-import subprocess
 from datetime import datetime, timedelta
 from typing import Callable
 
+from .. import slurm
 from ..errors import ConfigError
 from ..history import profile, profile_id
 from ..records import Plan
@@ -42,14 +40,9 @@ def family(prof: dict) -> str:
 def predicted_start(plan: Plan, env=None, now: datetime | None = None) -> tuple[datetime | None, str]:
     """(when SLURM would start this request, how that was found), or (None, why it could not be had)."""
     now = now or datetime.now().astimezone()
-    sbatch = shutil.which("sbatch", path=(os.environ if env is None else env).get("PATH", ""))
-    if sbatch is None:
-        return None, "sbatch is not available here: compared by duration alone"
-    try:
-        proc = subprocess.run([sbatch, "--test-only", *sbatch_options(plan), "--wrap", "true"], capture_output=True,
-                              text=True, timeout=30, env=env)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return None, f"sbatch --test-only failed ({e}): compared by duration alone"
+    proc = slurm.test_only(sbatch_options(plan), env)
+    if isinstance(proc, str):
+        return None, f"{proc}: compared by duration alone"
     found = STARTS_AT.search(proc.stderr + proc.stdout)
     if proc.returncode != 0 or not found:
         said = "; ".join(line.removeprefix("sbatch: ") for line in (proc.stderr + proc.stdout).strip().splitlines()) \

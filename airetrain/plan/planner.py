@@ -235,7 +235,8 @@ def slurm_disagrees(plans: dict[str, Plan], settings: Settings, env=None) -> lis
     is wrong before anything runs)."""
     import shutil
 
-    from ..site_facts import disagreements, partitions, read_site
+    from ..site_facts import disagreements, read_site
+    from ..slurm import partitions
 
     if not shutil.which("sinfo") or (known := partitions(env)) is None:
         return []

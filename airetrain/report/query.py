@@ -4,12 +4,12 @@ The call is started (Started) before its answer is needed: `airetrain report --j
 folds and prints the answer while slurmdbd looks the jobs up, which is most of the command's time."""
 from __future__ import annotations
 
-import subprocess
 import tempfile
 import threading
 import time
 from typing import TYPE_CHECKING
 
+from .. import slurm
 from .sacct_fields import FIELDS
 
 if TYPE_CHECKING:   # the fold is imported once the call is under way
@@ -17,12 +17,8 @@ if TYPE_CHECKING:   # the fold is imported once the call is under way
 
 
 def command(job_ids: list[str] | None = None, since: str | None = None) -> list[str]:
-    cmd = ["sacct", "--noheader", "--parsable2", "--duplicates", "--format", ",".join(FIELDS)]
-    if job_ids:
-        cmd += ["--jobs", ",".join(job_ids)]
-    if since:
-        cmd += ["--starttime", since]
-    return cmd
+    """The one sacct call: every run of a requeued job (--duplicates), the report's fields."""
+    return slurm.sacct_argv(FIELDS, job_ids, since)
 
 
 UNAVAILABLE = "accounting unavailable"   # a row's status while sacct cannot answer for its job
@@ -44,10 +40,8 @@ class Started:
             return
         # stderr to a file: a pipe of it left unread while stdout is read could fill and stall sacct
         self.errors = tempfile.TemporaryFile("w+")
-        try:
-            self.proc = subprocess.Popen(command(self.ids, since), stdout=subprocess.PIPE, stderr=self.errors,
-                                         text=True)
-        except FileNotFoundError:   # no sacct here
+        self.proc = slurm.start(command(self.ids, since), self.errors)
+        if self.proc is None:   # no sacct here
             self.errors.close()
 
     def result(self) -> dict[str, Job] | None:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
+from .. import slurm
 from ..fsutil import read_json
 from ..text import clock
 from ..capture import changed
@@ -38,10 +37,8 @@ ACCOUNTING_WAIT_S = 15   # sacct's answer, at most: a stalled slurmdbd would kee
 
 def squeue_jobs(runs: list[str]) -> dict[str, dict] | None:
     """{run: its newest queued or running job} from one squeue call; None without SLURM."""
-    if shutil.which("squeue") is None:
-        return None
-    proc = subprocess.run(["squeue", "--me", "-h", "-o", SQUEUE_FORMAT], capture_output=True, text=True, timeout=60)
-    return parse_squeue(proc.stdout, runs) if proc.returncode == 0 else None
+    out = slurm.query(["squeue", "--me", "-h", "-o", SQUEUE_FORMAT])
+    return None if out is None else parse_squeue(out, runs)
 
 
 def parse_squeue(text: str, runs: list[str]) -> dict[str, dict]:

@@ -215,3 +215,25 @@ def test_no_two_modules_share_a_name():
             by_name.setdefault(name.rsplit(".", 1)[-1], []).append(name)
     shared = {stem: names for stem, names in by_name.items() if len(names) > 1}
     assert shared == {}, shared
+
+
+SLURM_COMMANDS = {"sbatch", "scontrol", "sacct", "sacctmgr", "sinfo", "squeue", "srun", "scancel"}
+
+
+def test_only_the_slurm_module_runs_slurms_commands():
+    """One runner, one timeout policy: a SLURM command's argument list anywhere else (a subprocess call, a runner
+    of a module's own) is a second way to call it, unless it goes to the slurm module's runner. The lines of a
+    batch script or a rule are text, not argument lists, and are not counted."""
+    found = []
+    for name, path in modules().items():
+        if name == "airetrain.slurm":
+            continue
+        tree = ast.parse(path.read_text())
+        to_slurm = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call) and
+                    isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and
+                    node.func.value.id == "slurm" for arg in node.args}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.List, ast.Tuple)) and node.elts and isinstance(node.elts[0], ast.Constant) and \
+                    node.elts[0].value in SLURM_COMMANDS and id(node) not in to_slurm:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} runs {node.elts[0].value}")
+    assert found == []

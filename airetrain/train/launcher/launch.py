@@ -22,7 +22,7 @@ from pathlib import Path
 from ...environment import with_user_settings
 from ...records import STOPPED, Plan, StopRecord, read_record
 from ...run_log import LAUNCH_ID, hangs, record_health, record_stop
-from ...slurm import job_restarts, requeue_without, srun_per_node
+from ...slurm import job_restarts, requeue, requeue_without, srun_per_node
 from ... import capture, metrics_log
 from .lock import RunLock
 
@@ -77,9 +77,8 @@ def _continue(plan: Plan, stopped: dict, env) -> tuple[int, str]:
         return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
     if (restarts := _requeues_so_far(plan, job_id)) is None:
         return 1, "exit 1: max_requeues reached"
-    proc = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(f"scontrol requeue {job_id} was refused ({proc.stderr.strip()}): exiting {EXIT_STOPPED} "
+    if refused := requeue(job_id):
+        print(f"scontrol requeue {job_id} was refused ({refused}): exiting {EXIT_STOPPED} "
               "so that Snakemake's --retries resubmits the run", flush=True)
         return EXIT_STOPPED, f"exit {EXIT_STOPPED}: requeue refused"
     print(f"requeued job {job_id} (restart {restarts + 1} of at most {cfg.max_requeues}); "
