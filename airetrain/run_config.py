@@ -225,8 +225,9 @@ class Tracking(_Record):
 
     @property
     def named(self) -> dict:
-        """{tracker: its settings} for each tracker the run names (each one's package is its name)."""
-        return {name: cfg for name, cfg in (("wandb", self.wandb), ("mlflow", self.mlflow)) if cfg is not None}
+        """{tracker: its settings} for each tracker the run names: every key here that holds a tracker's settings
+        (tracking/registry.py has each one's sink)."""
+        return {f.name: value for f in dataclasses.fields(self) if isinstance(value := getattr(self, f.name), _Record)}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from ..roots import Root, is_under
 from ..run_config import RunConfig, Settings, Site
 from ..shards import INDEX
 from ..text import did_you_mean
-from ..tracking.names import uri_problem
+from ..tracking.registry import TRACKERS
 from .config import SLURM_NAME
 
 
@@ -219,15 +219,13 @@ def tracking(name: str, run: RunConfig, site: Site, problems: list[str]) -> list
     """Trackers: each one's package installed (they are optional extras), an MLflow URI that is a
     server or a store without a password; a warning for online W&B where the compute nodes reach no
     internet. A script's job.log lines reach its trackers as the built-in trainer's do."""
-    t, warnings = run.tracking, []
-    for tracker in t.named:
-        if importlib.util.find_spec(tracker) is None:
-            problems.append(f"runs.{name}.tracking.{tracker} needs the {tracker} package, which is not "
-                            f"installed here: pip install 'airetrain[{tracker}]'")
-    if t.mlflow is not None and (why := uri_problem(t.mlflow.tracking_uri)):
-        problems.append(f"runs.{name}.tracking.mlflow.tracking_uri = {t.mlflow.tracking_uri!r} is refused: {why}")
-    if t.wandb is not None and t.wandb.mode == "online" and not site.compute_nodes_online:
-        warnings.append(f"run {name}: tracking.wandb.mode is online, but this site's compute nodes reach no internet "
-                        "(site.compute_nodes_online: false): use mode: offline, and `airetrain sync` on the login "
-                        "node uploads the runs")
+    warnings = []
+    for key, cfg in run.tracking.named.items():
+        sink = TRACKERS[key]
+        if importlib.util.find_spec(sink.package) is None:
+            problems.append(f"runs.{name}.tracking.{key} needs the {sink.package} package, which is not "
+                            f"installed here: pip install 'airetrain[{key}]'")
+        refused, warned = sink.checks(f"runs.{name}.tracking.{key}", cfg, site)
+        problems += refused
+        warnings += [f"run {name}: {w}" for w in warned]
     return warnings

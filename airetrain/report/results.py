@@ -18,7 +18,7 @@ import pandas as pd
 from .. import metrics_log
 from ..fsutil import read_json
 from ..schema import flatten
-from ..tracking.names import label
+from ..tracking.registry import label
 from .collection import evaluates_label
 
 

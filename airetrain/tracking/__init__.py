@@ -1,6 +1,7 @@
 """Trackers (Weights & Biases, MLflow): sinks of what the trainer already measures, one tracker run per
 airetrain run however many sessions it takes, each step logged once.
 
+    registry     the trackers as a table: a tracking: key -> its sink class (what differs is the class's)
     trackers     the trackers a run names, as sinks; the trainer's start of them
     identity     the tracker run of an airetrain run: its ids, kept in the run's durable directory
     names        what a figure is called in a tracker (and in TensorBoard); names and URIs checked

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..run_config import MlflowTracking
 from .identity import Identity
-from .names import web_url
+from .names import uri_problem, web_url
 from .opening import Opening, text
 
 MAX_PARAM = 6000       # MLflow's longest param value
@@ -21,11 +21,25 @@ BATCH = 100            # params per request (MLflow takes at most 100 in one log
 
 
 class MlflowSink:
-    name = "mlflow"
+    name = package = "mlflow"
 
-    def __init__(self, cfg: MlflowTracking, identity: Identity, opening: Opening):
-        self.cfg, self.identity, self.opening = cfg, identity, opening
+    def __init__(self, cfg: MlflowTracking, identity: Identity, durable_dir: Path, opening: Opening,
+                 job_type: str = "train"):
+        self.cfg, self.identity, self.opening = cfg, identity, opening   # one MLflow run for every job type
         self.client = self.run_id = None
+
+    @classmethod
+    def preload(cls) -> None:
+        import mlflow.tracking   # noqa: F401 - seconds of imports, before the first step rather than in it
+
+    @staticmethod
+    def label(record: dict) -> str | None:
+        return f"MLflow {record.get('url') or record['run_id']}" if record.get("run_id") else None
+
+    @staticmethod
+    def checks(where: str, cfg: MlflowTracking, site) -> tuple[list[str], list[str]]:
+        why = uri_problem(cfg.tracking_uri)
+        return ([f"{where}.tracking_uri = {cfg.tracking_uri!r} is refused: {why}"] if why else []), []
 
     def open(self) -> dict[str, int]:
         # a server that does not answer costs a few seconds of the sending thread, not minutes of

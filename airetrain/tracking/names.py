@@ -54,15 +54,3 @@ def web_url(uri: str, experiment_id: str, run_id: str) -> str | None:
     if not uri.startswith(("http://", "https://")):
         return None
     return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
-
-
-def label(tracking: dict | None) -> str | None:
-    """A run's tracker runs, as the results table and `airetrain compare` show them: W&B's run id (and
-    project), MLflow's run page, or its run id where there is no server."""
-    parts = []
-    for name, record in (tracking or {}).items():
-        if name == "wandb" and record.get("id"):
-            parts.append(f"W&B {record.get('project')}/{record['id']}")
-        elif name == "mlflow" and record.get("run_id"):
-            parts.append(f"MLflow {record.get('url') or record['run_id']}")
-    return "; ".join(parts) or None

@@ -15,9 +15,14 @@ import logging
 import queue
 import threading
 import time
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from .names import tag
+
+if TYPE_CHECKING:
+    from .identity import Identity
+    from .opening import Opening
 
 log = logging.getLogger("airetrain.train")
 
@@ -27,13 +32,34 @@ _STOP = object()
 
 
 class Sink(Protocol):
-    """A tracker: open (the tracker run started or continued; what it already holds: {name: last step}),
-    log one line's figures at a step, close."""
-    name: str
+    """A tracker (registry.TRACKERS holds each): made from its config, the run's identity (its tracker run's ids,
+    kept on scratch), the durable directory, the opening and the job type; open (the tracker run started or
+    continued; what it already holds: {name: last step}), log one line's figures at a step, end (the promote
+    step: the run's summary, the weights' paths, the job ids, the files to upload), close. The class also
+    says what the plan and the results table ask of it."""
+    name: str                    # its key under tracking:
+    package: str                 # what it imports; pip install 'airetrain[<name>]' installs it
+    identity: Identity
+
+    def __init__(self, cfg, identity: Identity, durable_dir: Path, opening: Opening, job_type: str = "train"): ...
+
+    @classmethod
+    def preload(cls) -> None:
+        """Import its package (and start its service), in a thread while the trainer sets up."""
+
+    @staticmethod
+    def label(record: dict) -> str | None:
+        """Its tracker run in a few words (the results table), from train.json's record of it."""
+
+    @staticmethod
+    def checks(where: str, cfg, site) -> tuple[list[str], list[str]]:
+        """(problems that refuse the run, warnings) of its settings, at plan time."""
 
     def open(self) -> dict[str, int]: ...
 
     def log(self, step: int, figures: dict[str, float]) -> None: ...
+
+    def end(self, summary: dict, params: dict, job_ids: list[str], artifacts: list[Path]) -> None: ...
 
     def close(self) -> None: ...
 

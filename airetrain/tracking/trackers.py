@@ -9,10 +9,9 @@ from pathlib import Path
 from .. import metrics_log
 from ..records import Plan
 from .identity import Identity
-from .mlflow_sink import MlflowSink
 from .opening import of_plan
+from .registry import TRACKERS
 from .sender import Sender
-from .wandb_sink import WandbSink
 
 
 def named(plan: Plan) -> list[str]:
@@ -27,26 +26,19 @@ def sinks(plan: Plan, project_dir: Path, job_type: str = "train", fingerprint: s
         return []
     identity = Identity(plan.durable_dir, plan.run, fingerprint)
     opening = of_plan(plan, identity.generation, project_dir)
-    t, out = plan.config.tracking, []
-    if t.wandb is not None:
-        out.append(WandbSink(t.wandb, identity, plan.durable_dir, opening, job_type))
-    if t.mlflow is not None:
-        out.append(MlflowSink(t.mlflow, identity, opening))
-    return out
+    return [TRACKERS[name](cfg, identity, plan.durable_dir, opening, job_type)
+            for name, cfg in plan.config.tracking.named.items()]
 
 
 def preload(plan: Plan) -> None:
     """Import the run's trackers' packages (MLflow's takes seconds) and start W&B's service in a thread,
     while the trainer sets up, so that the training's first steps do not share the cores with them."""
-    import importlib
     import threading
 
     def load() -> None:
         try:
             for name in named(plan):
-                importlib.import_module("mlflow.tracking" if name == "mlflow" else name)
-                if name == "wandb":
-                    importlib.import_module("wandb").setup()
+                TRACKERS[name].preload()
         except Exception:   # the sending thread meets it again, and counts it
             pass
 
@@ -87,12 +79,12 @@ def backlog(metrics: Path, upto: int) -> list[tuple[int, dict]]:
     return sorted(by_step.items())
 
 
-IDS = ("id", "project", "entity", "mode", "run_id", "experiment", "experiment_id", "url")
+BOOKKEEPING = ("opened",)   # what a sink notes in its identity for itself, not the tracker run's ids
 
 
 def closed(sender: Sender) -> dict:
-    """Send what is queued, close the trackers, and train.json's record of each: its run's ids, the
-    figures logged, skipped (held already) and lost, and the first error."""
+    """Send what is queued, close the trackers, and train.json's record of each: its run's ids (whatever the
+    sink keeps in the run's identity), the figures logged, skipped (held already) and lost, and the first error."""
     counts = sender.close()
-    return {sink.name: {**{k: v for k, v in sink.identity.of(sink.name).items() if k in IDS}, **counts[sink.name]}
-            for sink in sender.sinks}
+    return {sink.name: {**{k: v for k, v in sink.identity.of(sink.name).items() if k not in BOOKKEEPING},
+                        **counts[sink.name]} for sink in sender.sinks}

@@ -35,13 +35,31 @@ def settings(wandb, mode: str):
 
 
 class WandbSink:
-    name = "wandb"
+    name = package = "wandb"
 
     def __init__(self, cfg: WandbTracking, identity: Identity, durable_dir: Path, opening: Opening,
                  job_type: str = "train"):
         self.cfg, self.identity, self.opening, self.job_type = cfg, identity, opening, job_type
         self.root = wandb_root(durable_dir)
         self.run = None
+
+    @classmethod
+    def preload(cls) -> None:
+        import wandb
+
+        wandb.setup()   # its service process, started before the first step rather than in it
+
+    @staticmethod
+    def label(record: dict) -> str | None:
+        return f"W&B {record.get('project')}/{record['id']}" if record.get("id") else None
+
+    @staticmethod
+    def checks(where: str, cfg: WandbTracking, site) -> tuple[list[str], list[str]]:
+        if cfg.mode == "online" and not site.compute_nodes_online:
+            return [], [f"{where}.mode is online, but this site's compute nodes reach no internet "
+                        "(site.compute_nodes_online: false): use mode: offline, and `airetrain sync` on the login "
+                        "node uploads the runs"]
+        return [], []
 
     def open(self) -> dict[str, int]:
         import wandb

@@ -2,6 +2,7 @@
 identity, W&B's offline files read back, and what `airetrain sync` would upload. The trackers with
 real training are tests/torchrun/test_tracking_resume.py's and the SLURM requeue test's."""
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import pytest
 from airetrain.errors import ConfigError
 from airetrain.plan.planner import plan_all
 from airetrain.tracking import identity, sender, sync, wandb_files
-from airetrain.tracking.names import is_secret, label, uri_problem, web_url
+from airetrain.tracking.names import is_secret, uri_problem, web_url
+from airetrain.tracking.registry import label
 
 from conftest import BIN, run
 from trackers import SECRETS
@@ -231,3 +233,79 @@ def test_sync_in_a_project_without_offline_wandb_says_so(tmp_path):
     lines.clear()
     sync.sync(plans, [], out=lines.append)
     assert lines == ["nothing to upload: every offline W&B session of these runs is uploaded"]
+
+
+class StandIn:
+    """A third tracker, written to the Sink protocol alone: its history is a JSON file of its own, {metric:
+    {step: value}}, which it reads back as what it holds when a session resumes."""
+    name = "mlflow"     # the row of the table it is put in (a config key the schema has)
+    package = "json"    # what the plan checks is installed: this class's word, not the row's
+    calls: list = []
+
+    def __init__(self, cfg, identity, durable_dir, opening, job_type="train"):
+        self.identity, self.store = identity, durable_dir / "stand-in.json"
+
+    @classmethod
+    def preload(cls):
+        cls.calls.append("preload")
+
+    @staticmethod
+    def label(record):
+        return f"stand-in {record['run']}" if record.get("run") else None
+
+    @staticmethod
+    def checks(where, cfg, site):
+        return [], [f"{where}: the stand-in says hello"]
+
+    def _history(self):
+        return json.loads(self.store.read_text()) if self.store.exists() else {}
+
+    def open(self):
+        self.identity.set(self.name, run="s-1")
+        return {k: max(map(int, steps)) for k, steps in self._history().items()}
+
+    def log(self, step, figures):
+        history = self._history()
+        for k, v in figures.items():
+            assert str(step) not in history.setdefault(k, {}), f"{k} at step {step} logged twice"
+            history[k][str(step)] = v
+        self.store.write_text(json.dumps(history))
+
+    def end(self, summary, params, job_ids, artifacts):
+        self.calls.append(("end", summary["steps"], job_ids))
+
+    def close(self):
+        self.calls.append("close")
+
+
+def test_a_tracker_written_to_the_protocol_runs_through_the_registry_alone(tmp_path, monkeypatch, caplog):
+    """Put in a row of the table, a new sink class is what the plan checks, what the trainer preloads, opens,
+    sends to and resumes, what the promote step ends, and what the results table names: nothing else knows it."""
+    from airetrain.tracking import ending, registry, trackers
+    from conftest import make_plan, wait_for
+
+    monkeypatch.setitem(registry.TRACKERS, "mlflow", StandIn)
+    StandIn.calls.clear()
+    plan = make_plan({"tracking": {"mlflow": {"tracking_uri": "sqlite:///unused.db"}}}, tmp_path)
+    assert plan.warnings == ["run t: runs.t.tracking.mlflow: the stand-in says hello"]
+    plan.durable_dir.mkdir(parents=True)
+    trackers.preload(plan)
+    wait_for(lambda: "preload" in StandIn.calls, timeout=30, what="the stand-in preloaded")
+    metrics = tmp_path / "metrics.jsonl"
+    sender = trackers.start(plan, tmp_path, metrics, 0, "f1")
+    for step in range(1, 6):
+        sender.log(step, {"loss": 1.0 / step})
+    first = trackers.closed(sender)
+    assert first["mlflow"]["logged"] == 5 and registry.label(first) == "stand-in s-1"
+    # a session killed after step 7 wrote its lines to metrics.jsonl, not to the tracker: the next sends them
+    metrics.write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in range(1, 8)))
+    sender = trackers.start(plan, tmp_path, metrics, 7, "f1")
+    for step in range(8, 11):
+        sender.log(step, {"loss": 1.0 / step})
+    second = trackers.closed(sender)
+    assert second["mlflow"] == {**second["mlflow"], "logged": 5, "skipped": 5, "lost": 0, "error": None}
+    (loss,) = json.loads((plan.durable_dir / "stand-in.json").read_text()).values()   # under its tracker's name
+    assert sorted(map(int, loss)) == list(range(1, 11))   # every step once
+    assert ending.end(plan, {"steps": 10}, {"path": "x", "sha256": "0"}, ["42"], tmp_path) == \
+        {"mlflow": {"ended": True, "error": None}}
+    assert ("end", 10, ["42"]) in StandIn.calls and StandIn.calls.count("close") == 3
