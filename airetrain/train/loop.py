@@ -218,45 +218,66 @@ def progress_of(s: Session, gpu: efficiency.GpuSampler, stragglers: Stragglers, 
 
 def finish(t: Trainer, stopped: str | None) -> None:
     """The last save made durable, then STOPPED (to resume later) or the evaluation and train.json."""
-    s, progress, out = t.session, t.progress, t.out
-    d, step = s.d, s.position.step
     t.deadline.close()
     # throughput counts the training steps and the save stalls, not the last write's background tail
-    train_s = efficiency.now(d.device) - progress.t_start
+    train_s = efficiency.now(t.session.d.device) - t.progress.t_start
     saved = t.checkpointer.finish()
-    final_wait_s = efficiency.now(d.device) - progress.t_start - train_s
+    final_wait_s = efficiency.now(t.session.d.device) - t.progress.t_start - train_s
     if stopped:
-        if t.tracker:
-            log.info("tracking until the stop: %s", trackers.closed(t.tracker))
-        if d.is_main:
-            leave_out = {"exclude": t.stragglers.leave_out} if stopped == STRAGGLER else {}
-            write_record(out / STOPPED, StopRecord, {"reason": stopped, "step": step, "of_steps": s.total_steps,
-                                                    "checkpoint": saved, "time": time.time(), **leave_out})
-            log.info("stopped (%s) at step %d of %d; checkpoint %s is durable: the run resumes from it",
-                     stopped, step, s.total_steps, saved["path"])
+        _stopped(t, stopped, saved)
     else:
-        gpu_figures = t.gpu.summary()
-        evaluation = t.evaluator.final()
-        figures = summary.gathered_figures(d, progress, gpu_figures)
-        health = {**t.health, **t.stragglers.summary()}
-        tracked = t.tracker and trackers.closed(t.tracker)   # every figure is queued: sent, or counted lost
-        if d.is_main:
-            record = summary.train_record(s, progress, t.checkpointer, summary.Finish(
-                train_s, final_wait_s, figures, evaluation, t.hosts, t.evaluator.seconds, t.evaluator.count, tracked,
-                health))
-            if kept := summary.already_trained(s.plan, record):
-                log.info("already trained: %s resumed at its last step (%d) and trained nothing; train.json keeps "
-                         "its training's figures (airetrain restart %s trains it again from step 0)",
-                         s.plan.run, step, s.plan.run)
-                record = kept
-            write_record(out / "train.json", TrainRecord, record)
-            write_json_atomic(trained_record_path(s.plan), record)   # kept on scratch, for a later rerun
-            loss = f"{record['eval_loss']:.4f}" if record["eval_loss"] is not None else "- (no test split)"
-            if s.plan.config.evaluate:   # an evaluation run trained nothing and saved nothing
-                log.info("done: evaluated run %s's weights (%s): eval loss %s", s.plan.config.evaluate["run"],
-                         s.plan.config.evaluate["which"], loss)
-            else:
-                log.info("done: %d steps, eval loss %s, %.0f samples/s, checkpoint %s", step, loss,
-                         record["samples_per_s"] or 0, saved["path"])
-    progress.close()
+        _finished(t, saved, train_s, final_wait_s)
+    t.progress.close()
     t.watchdog.stop()
+
+
+def _stopped(t: Trainer, why: str, saved: dict) -> None:
+    """A session stopped before the end: its trackers closed, and STOPPED naming the checkpoint it resumes from."""
+    s = t.session
+    if t.tracker:
+        log.info("tracking until the stop: %s", trackers.closed(t.tracker))
+    if s.d.is_main:
+        leave_out = {"exclude": t.stragglers.leave_out} if why == STRAGGLER else {}
+        write_record(t.out / STOPPED, StopRecord, {"reason": why, "step": s.position.step, "of_steps": s.total_steps,
+                                                  "checkpoint": saved, "time": time.time(), **leave_out})
+        log.info("stopped (%s) at step %d of %d; checkpoint %s is durable: the run resumes from it",
+                 why, s.position.step, s.total_steps, saved["path"])
+
+
+def _finished(t: Trainer, saved: dict, train_s: float, final_wait_s: float) -> None:
+    """The run trained to its end: the final evaluation, the figures gathered from every rank, the trackers
+    closed, and train.json (kept on scratch too, for a later rerun)."""
+    s, d = t.session, t.session.d
+    gpu_figures = t.gpu.summary()
+    evaluation = t.evaluator.final()
+    figures = summary.gathered_figures(d, t.progress, gpu_figures)
+    health = {**t.health, **t.stragglers.summary()}
+    tracked = t.tracker and trackers.closed(t.tracker)   # every figure is queued: sent, or counted lost
+    if not d.is_main:
+        return
+    record = summary.train_record(s, t.progress, t.checkpointer, summary.Finish(
+        train_s, final_wait_s, figures, evaluation, t.hosts, t.evaluator.seconds, t.evaluator.count, tracked, health))
+    record = _kept_if_already_trained(s, record)
+    write_record(t.out / "train.json", TrainRecord, record)
+    write_json_atomic(trained_record_path(s.plan), record)
+    _say_done(s, record, saved)
+
+
+def _kept_if_already_trained(s, record: dict) -> dict:
+    """A session that resumed at the run's last step trained nothing: train.json keeps its training's figures."""
+    if kept := summary.already_trained(s.plan, record):
+        log.info("already trained: %s resumed at its last step (%d) and trained nothing; train.json keeps its "
+                 "training's figures (airetrain restart %s trains it again from step 0)", s.plan.run,
+                 s.position.step, s.plan.run)
+        return kept
+    return record
+
+
+def _say_done(s, record: dict, saved: dict) -> None:
+    loss = f"{record['eval_loss']:.4f}" if record["eval_loss"] is not None else "- (no test split)"
+    if s.plan.config.evaluate:   # an evaluation run trained nothing and saved nothing
+        log.info("done: evaluated run %s's weights (%s): eval loss %s", s.plan.config.evaluate["run"],
+                 s.plan.config.evaluate["which"], loss)
+    else:
+        log.info("done: %d steps, eval loss %s, %.0f samples/s, checkpoint %s", s.position.step, loss,
+                 record["samples_per_s"] or 0, saved["path"])
