@@ -170,8 +170,13 @@ def read_json(path):
     return json.loads(Path(path).read_text())
 
 
+# Snakemake for --executor slurm: its status checks every few seconds on the test cluster (tests/slurm/fast_status.py)
+SLURM_SNAKEMAKE = [str(BIN / "python"), str(REPO / "tests" / "slurm" / "fast_status.py")]
+
+
 def snakemake_cmd(workdir: Path, configfile: Path, *args) -> list[str]:
-    return [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(configfile), *args]
+    snakemake = SLURM_SNAKEMAKE if "slurm" in args else [SNAKEMAKE]
+    return [*snakemake, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(configfile), *args]
 
 
 def snakemake(workdir: Path, configfile: Path, *args, check=True, env=None, timeout=900, exact_env=False):

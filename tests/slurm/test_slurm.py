@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from airetrain import run_log
-from conftest import (REPO, SNAKEMAKE, assert_identical, ending_what_it_starts, final_state, read_json, run,
-                      slurm_state, snakemake, unactivated_env, wait_for, write_config)
+from conftest import (REPO, SLURM_SNAKEMAKE, SNAKEMAKE, assert_identical, ending_what_it_starts, final_state,
+                      read_json, run, slurm_state, snakemake, unactivated_env, wait_for, write_config)
 from user_code import write_ownlab
 
 pytestmark = pytest.mark.slurm
@@ -363,7 +363,8 @@ def test_a_users_own_script_runs_on_two_nodes_from_a_project_of_its_own(slurm_cl
     write_config(work / "config/config.yaml", cfg)
     env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
-    run([SNAKEMAKE, "--profile", "profiles/aire", *SLURM_ARGS[4:], "--jobs", "1"], cwd=work, env=env, timeout=900)
+    run([*SLURM_SNAKEMAKE, "--profile", "profiles/aire", *SLURM_ARGS[4:], "--jobs", "1"], cwd=work, env=env,
+        timeout=900)
     (job,) = sacct_jobs(env, since).values()
     assert job["Account"] == "lab_project"   # the profile's, not root's default (lab): the config names none
     train = read_json(work / "results/mine/train.json")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, SLURM_DIR, read_json, run
+from conftest import BIN, SLURM_DIR, SLURM_SNAKEMAKE, read_json, run
 
 pytestmark = pytest.mark.slurm
 
@@ -87,7 +87,7 @@ def test_a_project_for_the_other_site_runs_two_nodes_of_four_and_its_report_name
     config["defaults"].update({"device": "cpu", "precision": "fp32", "cpus_per_rank": 1, "mem_gb_per_rank": 2,
                                "batch": {"global": 128, "per_device": 16}, "train": {"epochs": 1}})
     (project / "config/config.yaml").write_text(yaml.safe_dump(config))
-    run([str(BIN / "snakemake"), "--executor", "slurm", "--profile", "profiles/aire",
+    run([*SLURM_SNAKEMAKE, "--executor", "slurm", "--profile", "profiles/aire",
          "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "1"],
         env=env, cwd=project, timeout=900)
     train = read_json(project / "results/first/train.json")
