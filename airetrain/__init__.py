@@ -13,6 +13,7 @@ maps its modules):
     tune/            a search's Optuna study on the submitting side: its steps, its table
     tracking/        W&B and MLflow: the trainer's figures sent, one tracker run per run (shared: the trainer,
                      the promote step and `airetrain sync` use it)
+    cluster/         SLURM, the site's facts, the GPU table, SLURM's formats (shared)
     workflow/        the Snakemake workflow, shipped in the package: Snakefile, rules, schema, profiles
 
 The commands (they may import anything):
@@ -45,14 +46,11 @@ Shared (they import only each other):
     search_space     a tune's space, its trials' names, configs and rungs
     direction        which way an evaluation figure is better
     catalog          the built-in datasets               builtin_models  the built-in models and losses
-    hardware         the GPU table                       environment   each rank's environment variables
-    energy           each job's energy and CO2e: measured by SLURM, else Green Algorithms' estimate
-    site_facts       the site's facts read from SLURM, and where a config's site: disagrees
+    environment      each rank's environment variables
     dataset_trees    datasets on disk: listings, manifests
     shards           the shard format                   quota         the fast root's quotas
     capture          the code a run captures             fingerprints  what a checkpoint's training computes
     provenance       a project's git state, airetrain's version
-    slurm            SLURM from inside a job             units         SLURM's formats
     fsutil           durable file operations             text          text for people
     errors           the one error users see
 """

@@ -98,7 +98,7 @@ def _prepare(args) -> None:
 def _pack(args) -> None:
     from .stage.transfer import StageError
     from .stage.pack import pack
-    from .units import size_bytes
+    from .cluster.units import size_bytes
 
     try:
         pack(args.src, args.dest, size_bytes(args.shard_size, "--shard-size"), args.jobs,

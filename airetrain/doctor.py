@@ -125,7 +125,7 @@ def quota_lines(roots: dict[str, str | None]) -> list[str]:
 def report() -> list[str]:
     import torch
 
-    from .hardware import gpu_facts
+    from .cluster.hardware import gpu_facts
 
     lines = [f"python {platform.python_version()}  torch {torch.__version__}  CUDA {torch.version.cuda}",
              torch_pin_line(torch.__version__, pinned_version("torch"))]

@@ -21,7 +21,7 @@ def _health_node(args) -> None:
 def _requeue_excluding(args) -> None:
     import signal
 
-    from .slurm import requeue_excluding
+    from .cluster.slurm import requeue_excluding
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the requeue signals this step: the release must still come
     requeued, said = requeue_excluding(args.job, args.nodes.split(","))

@@ -143,7 +143,7 @@ def init(directory: str | Path = ".", script: str | None = None, gpus: int | Non
     if partition is not None:
         if not SLURM_NAME.match(partition):   # it reaches the config, then sbatch
             raise ConfigError(f"--partition {partition!r}: a SLURM name is letters, digits, '_', '.' and '-'")
-        from .site_facts import read_site
+        from .cluster.site_facts import read_site
 
         facts, missing, _, _ = read_site(partition)
         if not facts:

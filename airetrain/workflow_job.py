@@ -36,9 +36,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import slurm
+from .cluster import slurm
 from .errors import ConfigError
-from .units import format_duration
+from .cluster.units import format_duration
 
 FOLDER = Path("logs") / "workflow"
 RECORD = FOLDER / "job.json"          # the job submit queued: id, name, log

@@ -126,7 +126,7 @@ for name in ("plain", "compiled", "compiled-fused"):
                                                     "gpu_mem_peak_bytes", "flops_per_step", "checkpoint_final_wait_s",
                                                     "gpu_name", "gpu_energy_j", "train_seconds")}
     # the GPU table knows this GPU (its name as CUDA says it), and NVML's energy counter moved: J per second
-    from airetrain.hardware import gpu_facts
+    from airetrain.cluster.hardware import gpu_facts
     facts = gpu_facts(t.get("gpu_name"))
     summary[f"gpt_{name}"]["table_type"] = facts and facts["type"]
     if t.get("gpu_energy_j") and t.get("train_seconds"):

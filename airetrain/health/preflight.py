@@ -21,7 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from .. import run_log, slurm
+from .. import run_log
+from ..cluster import slurm
 from ..environment import with_user_settings
 from ..fsutil import write_json_atomic
 from ..records import HealthRecord, Plan, read_record, write_record

@@ -19,13 +19,13 @@ import re
 from datetime import datetime, timedelta
 from typing import Callable
 
-from .. import slurm
+from ..cluster import slurm
 from ..errors import ConfigError
 from ..history import profile, profile_id
 from ..records import Plan
 from ..sizing import largest, planned_steps
 from ..text import aligned
-from ..units import format_duration
+from ..cluster.units import format_duration
 from .request import sbatch_options
 
 LAYOUT_KEYS = ("world_size", "nodes")   # what a profile may differ in and still predict another layout

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..catalog import prepared
 from ..environment import gives_batch, job_env
-from ..hardware import memory_budget_gb
+from ..cluster.hardware import memory_budget_gb
 from ..errors import ConfigError
 from ..text import did_you_mean
 from ..quota import dataset_size
@@ -235,8 +235,8 @@ def slurm_disagrees(plans: dict[str, Plan], settings: Settings, env=None) -> lis
     is wrong before anything runs)."""
     import shutil
 
-    from ..site_facts import disagreements, read_site
-    from ..slurm import partitions
+    from ..cluster.site_facts import disagreements, read_site
+    from ..cluster.slurm import partitions
 
     if not shutil.which("sinfo") or (known := partitions(env)) is None:
         return []

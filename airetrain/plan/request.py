@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..records import Plan, SlurmRequest
 from ..run_config import RunConfig, Slurm
-from ..units import format_duration
+from ..cluster.units import format_duration
 
 
 def _mail(slurm: Slurm) -> str:

@@ -6,6 +6,7 @@ The efficiency report:
     jobs            its rows folded into one Job per id, as seff computes the figures
     seff            seff's own figures where a site installs it, as a cross-check
     collection      a row per run or job, joined with the trainer's figures, with advice
+    energy          each job's energy and CO2e: measured by SLURM, else Green Algorithms' estimate
     advice          what to ask for next time, with the numbers behind it
     plots           efficiency, throughput against GPUs, loss curves
     render          efficiency.csv, efficiency.md and the self-contained efficiency.html

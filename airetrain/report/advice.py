@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..hardware import gpu_memory_gb
+from ..cluster.hardware import gpu_memory_gb
 from ..history import everything
 from ..quota import pack_command
 from ..records import Plan
 from ..sizing import CPU_HEADROOM, LOADER_BOUND, MEM_HEADROOM, TIME_HEADROOM
 from ..text import human_mb
-from ..units import format_duration
+from ..cluster.units import format_duration
 
 LOW = 0.5               # below this share of a request, ask for less
 SCALING_BOUND = 0.3     # data wait share above which the loader, not the GPU count, sets the pace

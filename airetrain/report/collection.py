@@ -23,7 +23,7 @@ from .jobs import Job, lookup, parse
 from .query import UNAVAILABLE, AccountingUnavailable, Started, query
 from .seff import seff_check
 from .advice import advise, learned
-from ..energy import job_energy
+from .energy import job_energy
 
 if TYPE_CHECKING:   # pandas costs a fifth of a second to import: not for the printed table of jobs_rows
     import pandas as pd
@@ -47,7 +47,7 @@ COLUMNS = {
     "mem_eff": "mem_used / mem_alloc (0-1), seff's memory efficiency: MemEff",
     "gpus": "allocated GPUs",
     "gpu_type": ("the GPU: its name as CUDA reported it to the trainer, else SLURM's gres type; its memory and peak "
-                 "come from the GPU table (airetrain/hardware.py)"),
+                 "come from the GPU table (airetrain/cluster/hardware.py)"),
     "gpu_hours": "GPUs x elapsed, every run of a requeued job included",
     "energy_kwh": ("energy at the data centre, kWh: SLURM's energy TRES where the site measures it, else the Green "
                    "Algorithms estimate (cores x W per core x CPU usage + GPUs x board power x GPU use + requested "

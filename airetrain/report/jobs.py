@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
 
-from ..units import SIZE_UNITS_MB, duration_s, size_mb
+from ..cluster.units import SIZE_UNITS_MB, duration_s, size_mb
 from .sacct_fields import FIELDS
 
 

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from .. import slurm
+from ..cluster import slurm
 from .sacct_fields import FIELDS
 
 if TYPE_CHECKING:   # the fold is imported once the call is under way

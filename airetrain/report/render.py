@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..text import human_mb, markdown_table
-from ..units import format_duration
+from ..cluster.units import format_duration
 from .collection import COLUMNS
 
 if TYPE_CHECKING:

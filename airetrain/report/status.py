@@ -16,7 +16,7 @@ import re
 import time
 from pathlib import Path
 
-from .. import slurm
+from ..cluster import slurm
 from ..fsutil import read_json
 from ..text import clock
 from ..capture import changed

@@ -13,7 +13,7 @@ from ..quota import quota_messages
 from ..records import Plan, StageRecord, read_record, write_record
 from ..roots import Root, fast_root, run_dir
 from ..shards import INDEX, shard_index
-from ..slurm import on_every_node
+from ..cluster.slurm import on_every_node
 from .transfer import StageError, copy_dataset
 
 

@@ -22,7 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..slurm import remaining_seconds
+from ..cluster.slurm import remaining_seconds
 
 log = logging.getLogger("airetrain.deadline")
 

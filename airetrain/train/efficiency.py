@@ -11,7 +11,7 @@ import torch
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..hardware import gpu_facts
+from ..cluster.hardware import gpu_facts
 
 
 def peak_flops(device: torch.device) -> float | None:

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import torch
 
-from .. import run_log, slurm
-from ..hardware import NATIVE_BF16_FLAGS, cpu_bf16_native
+from .. import run_log
+from ..cluster import slurm
+from ..cluster.hardware import NATIVE_BF16_FLAGS, cpu_bf16_native
 from ..checkpoint.manager import Checkpointer
 from ..fsutil import write_json_atomic
 from ..records import STOPPED, HealthRecord, Plan, StageRecord, StopRecord, TrainRecord, read_record, write_record

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import slurm
+from ..cluster import slurm
 from ..checkpoint.manager import Checkpointer
 from ..records import TrainRecord
 from . import efficiency

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from .. import slurm
+from ..cluster import slurm
 from ..records import Plan
 from ..run_log import LAUNCH_ID, hangs, record_stop
 from .parallel.process_group import Dist

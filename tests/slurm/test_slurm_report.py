@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from airetrain.units import duration_s
+from airetrain.cluster.units import duration_s
 from conftest import ending_what_it_starts, run, wait_for
 from jobs import run_all, sbatch, state
 
@@ -48,11 +48,11 @@ def test_live_jobs_get_their_known_figures_from_one_sacct_call(live_jobs, tmp_pa
 
 
 def test_a_run_trained_in_an_array_task_gets_that_tasks_row_once(slurm_cluster, tmp_path):
-    """Inside a real array task the trainer's job id (airetrain.slurm.job_id, what train.json records)
+    """Inside a real array task the trainer's job id (airetrain.cluster.slurm.job_id, what train.json records)
     is the task's own: sacct's JobIDRaw for it, not the array's. A run's train.json with that id gets
     that task's row in the report, once."""
     env, client = slurm_cluster, {**os.environ, **slurm_cluster}   # run() adds the venv's PATH; sbatch does not
-    record = "from airetrain.slurm import job_id; print(job_id())"
+    record = "from airetrain.cluster.slurm import job_id; print(job_id())"
     array = sbatch("recorded", ["-p", "standard", "-c", "1", "--mem=200M", "-t", "5", "--array=1-2",
                                 f"--output={tmp_path}/task-%a.out", f"--wrap={sys.executable} -c '{record}'"], client)
 

@@ -270,7 +270,7 @@ def test_a_stop_the_job_cannot_requeue_exits_75_and_the_profiles_retries_resume_
 def test_after_a_deadline_stop_restarts_cap_requeues_and_a_refusal_exits_75(slurm_cluster, monkeypatch, tmp_path):
     """What launch decides after a deadline stop, against a real job: SLURM's Restarts= against
     checkpoint.max_requeues, `scontrol requeue` itself, and SLURM refusing it (a pending job)."""
-    from airetrain.slurm import job_restarts
+    from airetrain.cluster.slurm import job_restarts
     from airetrain.train.launcher.launch import EXIT_STOPPED, _continue
 
     for key, value in slurm_cluster.items():

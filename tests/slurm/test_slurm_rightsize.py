@@ -6,7 +6,7 @@ import pytest
 
 from airetrain.history import everything
 from airetrain.sizing import MEM_HEADROOM, TIME_HEADROOM
-from airetrain.units import size_mb
+from airetrain.cluster.units import size_mb
 
 from conftest import read_json, slurm_state, write_config
 from test_slurm import sacct_jobs, slurm_snakemake, unique

@@ -164,7 +164,7 @@ def test_a_longer_rerun_resumes_from_the_checkpoint(tmp_path):
 def test_bf16_on_a_cpu_without_native_bf16_says_fp32_is_faster_here(ddp_run):
     """The run above has the default precision, bf16. This machine's flags decide whether the warning
     is due: on a CPU with avx512_bf16 or amx_bf16 it must not appear, on one without it must."""
-    from airetrain.hardware import cpu_bf16_native
+    from airetrain.cluster.hardware import cpu_bf16_native
 
     _, out, proc = ddp_run
     assert read_json(out / "train.json")["precision"] == "bf16"

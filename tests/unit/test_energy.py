@@ -3,7 +3,7 @@ memory, GPUs and time, the Green Algorithms formula worked by hand here; SLURM's
 carries it; and no figure for a GPU the table does not know."""
 import pytest
 
-from airetrain.energy import DEFAULTS, job_energy
+from airetrain.report.energy import DEFAULTS, job_energy
 from airetrain.report.collection import jobs_rows
 
 ALLOC = "{id}|{id}|{name}|COMPLETED|0:0|2026-12-01T10:00:00|{elapsed}|02:00:00|{cpu}|{cores}|{mem}|1|||{tres}||\n"

@@ -1,5 +1,5 @@
 """hardware.py: the one table of hardware facts, and the config defaults that rest on it."""
-from airetrain.hardware import AIRE_GPU_NODE, GPUS, gpu_facts
+from airetrain.cluster.hardware import AIRE_GPU_NODE, GPUS, gpu_facts
 from airetrain.plan.config import defaults_from_schema, load_schema
 
 
@@ -28,7 +28,7 @@ def test_device_names_find_their_facts():
 
 
 def test_native_bf16_is_told_from_the_cpus_flags():
-    from airetrain.hardware import cpu_bf16_native
+    from airetrain.cluster.hardware import cpu_bf16_native
 
     assert cpu_bf16_native("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n") is False   # AVX2 only: emulated
     assert cpu_bf16_native("flags\t\t: avx2 avx512f avx512_bf16 amx_tile\n") is True
@@ -46,7 +46,7 @@ CUDA_NAMES = {"NVIDIA L40S": "L40S", "NVIDIA L40": "L40", "NVIDIA A40": "A40",
 
 
 def test_every_type_is_found_by_its_cuda_name_with_every_figure_and_its_datasheet():
-    from airetrain.hardware import FIELDS
+    from airetrain.cluster.hardware import FIELDS
 
     assert {gpu_facts(name)["type"] for name in CUDA_NAMES} == set(GPUS)
     for name, kind in CUDA_NAMES.items():
@@ -96,7 +96,7 @@ def test_no_module_but_the_table_names_a_gpu():
 
 
 def test_a_nodes_gpu_gres_and_a_sites_disagreements_are_read():
-    from airetrain.site_facts import disagreements, gpu_gres
+    from airetrain.cluster.site_facts import disagreements, gpu_gres
 
     assert gpu_gres("gpu:l40s:3(S:0-1)") == (3, "l40s") and gpu_gres("gpu:4,shard:8") == (4, None)
     assert gpu_gres("(null)") == (0, None) and gpu_gres("shard:8,gpu:a100:2(S:0)") == (2, "a100")

@@ -7,7 +7,7 @@ import pytest
 
 from airetrain.report.advice import advise
 from airetrain.report.jobs import FIELDS, parse, seconds, tres
-from airetrain.units import size_mb as megabytes
+from airetrain.cluster.units import size_mb as megabytes
 
 from sacct_captured import CAPTURED, IDS, rows_of
 

@@ -1,7 +1,7 @@
 """site_facts.py's fast root: told inside a job from its environment, and never claimed on a login node
 (the facts read from SLURM itself are tested on both test-cluster shapes: tests/slurm/test_slurm_site.py and
 test_slurm_other_site.py)."""
-from airetrain.site_facts import fast_root_note
+from airetrain.cluster.site_facts import fast_root_note
 
 
 def test_the_fast_root_is_told_inside_a_job_and_how_its_nodes_share_it():

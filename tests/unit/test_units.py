@@ -1,7 +1,7 @@
 """SLURM's durations and sizes, read and written in one place (squeue's %L, sacct, sbatch --time)."""
 import pytest
 
-from airetrain.units import duration_s, format_duration, size_mb
+from airetrain.cluster.units import duration_s, format_duration, size_mb
 
 
 @pytest.mark.parametrize("text,seconds", [

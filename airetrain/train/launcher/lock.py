@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from ...run_log import LOCK
-from ...slurm import job_alive
+from ...cluster.slurm import job_alive
 
 LOG = "lock.log"
 POLL_S = 10.0

@@ -20,8 +20,8 @@ from ...fsutil import write_json_atomic
 from ...records import STOPPED, Plan, StageRecord, TrainRecord, read_record, write_record
 from ...roots import run_dir
 from ...run_log import record_session, starts
-from ... import slurm
-from ...slurm import remaining_seconds
+from ...cluster import slurm
+from ...cluster.slurm import remaining_seconds
 from ...tracking import trackers
 from . import launch
 

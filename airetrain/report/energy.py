@@ -15,7 +15,7 @@ schema documents their defaults and sources), so the figures can be worked by ha
 """
 from __future__ import annotations
 
-from .hardware import gpu_facts
+from ..cluster.hardware import gpu_facts
 
 # the defaults of site.energy, and where they come from
 DEFAULTS = {
