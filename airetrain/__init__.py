@@ -14,6 +14,7 @@ maps its modules):
     tracking/        W&B and MLflow: the trainer's figures sent, one tracker run per run (shared: the trainer,
                      the promote step and `airetrain sync` use it)
     cluster/         SLURM, the site's facts, the GPU table, SLURM's formats (shared)
+    rundir/          a run's durable directory: its logs, metric history, captured code, record (shared)
     workflow/        the Snakemake workflow, shipped in the package: Snakefile, rules, schema, profiles
 
 The commands (they may import anything):
@@ -39,8 +40,6 @@ Shared (they import only each other):
     run_config       the config as typed records        schema        the config schema and its defaults
     records          the files between the steps        typed         typed records to and from JSON
     roots            where data lives (scratch, the fast root)
-    run_log          a run's durable logs and record    history       each finished run's profile and figures
-    metrics_log      a run's metric history, durable, and results/<run>/metrics.jsonl restored from it
     sizing           requests sized from measurements (right-sizing and the advice)
     schedule         when to save and to evaluate, where a resume continues
     search_space     a tune's space, its trials' names, configs and rungs
@@ -49,8 +48,6 @@ Shared (they import only each other):
     environment      each rank's environment variables
     dataset_trees    datasets on disk: listings, manifests
     shards           the shard format                   quota         the fast root's quotas
-    capture          the code a run captures             fingerprints  what a checkpoint's training computes
-    provenance       a project's git state, airetrain's version
     fsutil           durable file operations             text          text for people
     errors           the one error users see
 """

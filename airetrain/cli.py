@@ -135,7 +135,7 @@ def _promote(args) -> None:
 def _history(args) -> None:
     import json
 
-    from .history import everything, format_history
+    from .rundir.history import everything, format_history
 
     plans = load_plans(args)
     roots = sorted({plan.roots.scratch for plan in plans.values()})

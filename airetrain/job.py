@@ -35,11 +35,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import metrics_log
+from .rundir import metrics_log
 from .checkpoint.mirror import MIRROR_INDEX
 from .fsutil import read_json, sha256_file, write_bytes_atomic
 from .records import STOPPED, StopRecord, write_record
-from .run_log import record_start
+from .rundir.run_log import record_start
 from .train.deadline import Agreement, Stopper
 
 SAVES = ".saves.jsonl"   # in the durable directory: each file job.save wrote, with its sha256, before it exists

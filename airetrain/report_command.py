@@ -27,7 +27,7 @@ def _report(args) -> None:
         df = table(args.results, args.runs, energy)
         results = args.results
         if args.out:   # the pipeline's report: the finished runs join their durable history
-            from .history import record
+            from .rundir.history import record
             from .report.query import UNAVAILABLE
             # a run whose sacct figures are missing joins its history once accounting answers again
             added = record(Path(args.results), [row for row in df.to_dict("records")

@@ -14,19 +14,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from . import metrics_log
+from .rundir import metrics_log
 from .records import Plan
+from .rundir.run_log import trained_record_path
 from .roots import fast_run_dir, is_under
 from .text import did_you_mean
 from .tracking.identity import supersede
-
-TRAINED = "train.json"   # the finished run's record, kept on scratch beside its checkpoints
-
-
-def trained_record_path(plan: Plan) -> Path:
-    """Where the promote of a finished training keeps a copy of its train.json: the durable run directory."""
-    return plan.durable_dir / TRAINED
-
 
 def removals(plan: Plan, results: Path) -> list[Path]:
     """What restarting the run removes, of what exists."""

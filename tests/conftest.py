@@ -447,7 +447,7 @@ def synthetic_history(scratch: Path, plan: dict, job_id: str, seconds_per_step: 
     """Write one finished job's history line for a planned run, with measurements the test chooses: for
     what this machine cannot measure (GPU step times at several GPU counts). The line has the shape
     report.history writes, its profile from the plan."""
-    from airetrain.history import HISTORY, profile, profile_id
+    from airetrain.rundir.history import HISTORY, profile, profile_id
 
     prof = profile(plan)
     line = {"run": plan.run, "job_id": job_id, "recorded": time.time(), "epochs": plan.config.train.epochs,

@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
 from . import background, store, writer
 from .promote import promote
 from ..records import Plan
-from ..fingerprints import fingerprint
+from ..rundir.fingerprints import fingerprint
 from ..roots import run_dir
 from ..schedule import Position, SavePolicy
 

@@ -8,7 +8,7 @@ from .promote import promote, promote_best
 from .weights import BEST_WEIGHTS, write_weights
 from ..records import CheckpointRecord, Plan, RunRecord, TrainRecord, read_record, write_record
 from ..roots import fast_run_dir
-from ..run_log import run_record
+from ..rundir.run_log import run_record
 from ..tracking import ending, trackers
 
 

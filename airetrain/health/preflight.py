@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import run_log
+from ..rundir import run_log
 from ..cluster import slurm
 from ..environment import with_user_settings
 from ..fsutil import write_json_atomic

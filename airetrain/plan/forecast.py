@@ -21,7 +21,7 @@ from typing import Callable
 
 from ..cluster import slurm
 from ..errors import ConfigError
-from ..history import profile, profile_id
+from ..rundir.history import profile, profile_id
 from ..records import Plan
 from ..sizing import largest, planned_steps
 from ..text import aligned

@@ -123,7 +123,7 @@ def _right_sized(plan: Plan, settings: Settings, scratch: Root, earlier: dict | 
 
 def forecast_run(name: str, run: RunConfig, settings: Settings, scratch: Root, env=None) -> list[dict]:
     """The run's layouts (forecast.gpus, else its own gpus) forecast now: start, duration, finish."""
-    from ..history import everything
+    from ..rundir.history import everything
     from .forecast import layouts
 
     refusals.forecast(name, run)
@@ -269,7 +269,7 @@ def datasets_to_prepare(plans: dict[str, Plan]) -> dict[str, str]:
 def plan_warnings(plans: dict[str, Plan], settings: Settings) -> list[str]:
     """What will work, but not as the user may expect."""
     warnings = []
-    from ..capture import changed
+    from ..rundir.capture import changed
 
     for name, plan in plans.items():
         if files := changed(plan):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..history import of_profile, profile, profile_id
+from ..rundir.history import of_profile, profile, profile_id
 from ..records import Plan
 from ..run_config import Site
 from ..sizing import requests as sized

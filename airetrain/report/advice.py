@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 from ..cluster.hardware import gpu_memory_gb
-from ..history import everything
+from ..rundir.history import everything
 from ..quota import pack_command
 from ..records import Plan
 from ..sizing import CPU_HEADROOM, LOADER_BOUND, MEM_HEADROOM, TIME_HEADROOM

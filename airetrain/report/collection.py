@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 from .. import sizing
 from ..fsutil import read_json
-from ..history import entry, of_profile
+from ..rundir.history import entry, of_profile
 from ..records import STOPPED, Plan, read_plan
-from ..run_log import hangs, left_out, straggler_text
+from ..rundir.run_log import hangs, left_out, straggler_text
 from .jobs import Job, lookup, parse
 from .query import UNAVAILABLE, AccountingUnavailable, Started, query
 from .seff import seff_check

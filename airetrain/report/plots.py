@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import PercentFormatter  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .. import metrics_log  # noqa: E402
+from ..rundir import metrics_log  # noqa: E402
 
 EFFICIENCIES = {"cpu_eff": "CPU", "mem_eff": "memory", "time_eff": "time", "gpu_util": "GPU"}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import metrics_log
+from ..rundir import metrics_log
 from ..fsutil import read_json
 from ..schema import flatten
 from ..tracking.registry import label

@@ -19,9 +19,9 @@ from pathlib import Path
 from ..cluster import slurm
 from ..fsutil import read_json
 from ..text import clock
-from ..capture import changed
+from ..rundir.capture import changed
 from ..records import STOPPED, Plan, read_plan
-from ..run_log import LOCK, hangs, left_out, sessions, starts, straggler_text
+from ..rundir.run_log import LOCK, hangs, left_out, sessions, starts, straggler_text
 from .jobs import lookup
 from .query import UNAVAILABLE, AccountingUnavailable, query
 

@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..provenance import airetrain_state, git_state
+from ..rundir.provenance import airetrain_state, git_state
 from ..records import Plan
-from ..run_log import captured_code
+from ..rundir.run_log import captured_code
 from ..schema import flatten
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import metrics_log
+from ..rundir import metrics_log
 from ..records import Plan
 from .identity import Identity
 from .opening import of_plan

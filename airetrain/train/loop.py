@@ -17,13 +17,13 @@ from pathlib import Path
 
 import torch
 
-from .. import run_log
+from ..rundir import run_log
 from ..cluster import slurm
 from ..cluster.hardware import NATIVE_BF16_FLAGS, cpu_bf16_native
 from ..checkpoint.manager import Checkpointer
 from ..fsutil import write_json_atomic
 from ..records import STOPPED, HealthRecord, Plan, StageRecord, StopRecord, TrainRecord, read_record, write_record
-from ..restart import trained_record_path
+from ..rundir.run_log import trained_record_path
 from ..tracking import trackers
 from ..tracking.sender import Sender
 from . import efficiency, finetune, session, summary, watchdog

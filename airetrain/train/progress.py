@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from .. import metrics_log
+from ..rundir import metrics_log
 from ..records import Plan
 from . import efficiency
 from .parallel import process_group

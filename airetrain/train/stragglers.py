@@ -24,9 +24,9 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
-from .. import run_log
+from ..rundir import run_log
 from ..cluster import slurm
-from ..run_log import straggler_text
+from ..rundir.run_log import straggler_text
 from ..records import Plan
 from .parallel.process_group import Dist
 

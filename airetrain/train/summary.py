@@ -72,7 +72,7 @@ def already_trained(plan, record: TrainRecord) -> TrainRecord | None:
     """The finished training's own record, where this session resumed at its end and trained nothing
     (results/<run>/ removed, or --forcerun): its figures, not this session's nulls. None otherwise."""
     from ..fsutil import read_json
-    from ..restart import trained_record_path
+    from ..rundir.run_log import trained_record_path
 
     path = trained_record_path(plan)
     if record["steps_this_session"] or not path.exists() or plan.config.evaluate:   # an evaluation trains nothing

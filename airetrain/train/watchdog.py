@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from ..cluster import slurm
 from ..records import Plan
-from ..run_log import LAUNCH_ID, hangs, record_stop
+from ..rundir.run_log import LAUNCH_ID, hangs, record_stop
 from .parallel.process_group import Dist
 
 log = logging.getLogger("airetrain.watchdog")

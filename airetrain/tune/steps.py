@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import metrics_log
+from ..rundir import metrics_log
 from ..direction import direction
 from ..fsutil import read_json, write_json_atomic
 from ..records import Plan

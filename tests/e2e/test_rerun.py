@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from airetrain import metrics_log
+from airetrain.rundir import metrics_log
 from airetrain.tracking import wandb_files
 
 from conftest import BIN, REPO, end_all, newest_step, read_json, run, spawn, wait_for

@@ -3,7 +3,7 @@ its end, trains nothing, and train.json is its training's own record), `airetrai
 then removes its checkpoints and results, and the next invocation trains it from step 0."""
 import pytest
 
-from airetrain import metrics_log
+from airetrain.rundir import metrics_log
 from conftest import BIN, read_json, run, snakemake, write_config
 
 pytestmark = pytest.mark.e2e

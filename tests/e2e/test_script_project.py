@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from airetrain import metrics_log
+from airetrain.rundir import metrics_log
 from conftest import BIN, plain_study, read_json, run
 
 pytestmark = pytest.mark.e2e

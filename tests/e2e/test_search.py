@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airetrain import metrics_log
-from airetrain.run_log import sessions
+from airetrain.rundir import metrics_log
+from airetrain.rundir.run_log import sessions
 from conftest import end_all, plain_study, read_json, snakemake, snakemake_cmd, spawn, wait_for
 from user_code import write_ownlab
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airetrain import run_log
+from airetrain.rundir import run_log
 from conftest import (REPO, SLURM_SNAKEMAKE, SNAKEMAKE, assert_identical, ending_what_it_starts, final_state,
                       read_json, run, slurm_state, snakemake, unactivated_env, wait_for, write_config)
 from user_code import write_ownlab
@@ -116,7 +116,7 @@ def test_one_job_per_run_with_the_planned_resources(cluster_runs):
 
 
 def test_each_run_joins_its_history_with_sacct_figures_per_node(cluster_runs):
-    from airetrain.history import everything
+    from airetrain.rundir.history import everything
     work, _, jobs, _ = cluster_runs
     lines = {line["run"]: line for line in everything(work / "scratch")}
     assert {"demo", "g3", "g6", "h6"} <= set(lines)

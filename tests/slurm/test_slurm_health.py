@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from airetrain.run_log import health_events, sessions
+from airetrain.rundir.run_log import health_events, sessions
 from conftest import BIN, read_json, run, slurm_state, snakemake, snakemake_cmd, spawn, wait_for, write_config
 from test_slurm import SLURM_ARGS, STAND_IN
 from test_slurm_node_fail import allocations

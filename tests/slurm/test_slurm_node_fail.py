@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from airetrain.run_log import sessions
+from airetrain.rundir.run_log import sessions
 from conftest import (BIN, SLURM_DIR, assert_identical, newest_step, read_json, run, slurm_state, snakemake_cmd, spawn,
                       wait_for, write_config)
 from user_code import write_ownlab

@@ -26,8 +26,8 @@ import pytest
 import torch
 import yaml
 
-from airetrain import metrics_log
-from airetrain.run_log import stops
+from airetrain.rundir import metrics_log
+from airetrain.rundir.run_log import stops
 from conftest import (assert_identical, ending_what_it_starts, flatten, make_plan, newest_step, read_json, run,
                       snakemake_cmd, spawn, wait_for, write_config)
 from trackers import MlflowServer, each_step_once, histories, wandb_sessions
@@ -62,7 +62,7 @@ def final_state(work, run_name):
 
 
 def sessions(work, run_name):
-    from airetrain.run_log import sessions as read
+    from airetrain.rundir.run_log import sessions as read
     return read(work / "scratch" / "airetrain" / run_name)
 
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from airetrain.history import everything
+from airetrain.rundir.history import everything
 from airetrain.sizing import MEM_HEADROOM, TIME_HEADROOM
 from airetrain.cluster.units import size_mb
 

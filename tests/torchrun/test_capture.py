@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airetrain.capture import MANIFEST, capture_dir, changed, ensure
+from airetrain.rundir.capture import MANIFEST, capture_dir, changed, ensure
 from airetrain.errors import ConfigError
 
 from conftest import (assert_identical, final_state, launch_training, make_plan, newest_step, prepare_training,

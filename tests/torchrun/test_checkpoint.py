@@ -17,7 +17,7 @@ import torch
 
 from airetrain.checkpoint import store
 from airetrain.checkpoint.store import CheckpointError
-from airetrain.fingerprints import fingerprint as config_fingerprint
+from airetrain.rundir.fingerprints import fingerprint as config_fingerprint
 
 from conftest import (assert_identical, descendants, end_all, final_state, launch_training, newest_step,
                       prepare_training, read_json, run, spawn, wait_for)

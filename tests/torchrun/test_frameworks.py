@@ -9,7 +9,7 @@ import time
 import torch
 from safetensors.torch import load_file
 
-from airetrain import metrics_log
+from airetrain.rundir import metrics_log
 from conftest import end_all, prepare_training, read_json, run, spawn, wait_for
 from frameworks import HF_TRAINER, LIGHTNING
 

@@ -6,7 +6,7 @@ from torch import nn
 
 from airetrain.checkpoint import store
 from airetrain.errors import ConfigError
-from airetrain.fingerprints import fingerprint
+from airetrain.rundir.fingerprints import fingerprint
 from airetrain.plan import config, refusals
 from airetrain.train.finetune import freeze, match, read_weights, source_path
 

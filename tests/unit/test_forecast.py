@@ -23,7 +23,7 @@ def planned(scratch, gpus: int, **extra) -> dict:
 
 
 def lines(scratch):
-    from airetrain.history import everything
+    from airetrain.rundir.history import everything
     return everything(scratch)
 
 

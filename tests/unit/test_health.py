@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from airetrain import run_log
+from airetrain.rundir import run_log
 from airetrain.health import checks
 from airetrain.health.preflight import preflight, setting_problem
 from airetrain.plan.sbatch import script

@@ -3,7 +3,7 @@ import json
 
 from airetrain.typed import to_dict
 from airetrain.plan.planner import plan_all
-from airetrain.history import HISTORY, everything, format_history, profile, profile_id, record
+from airetrain.rundir.history import HISTORY, everything, format_history, profile, profile_id, record
 
 from conftest import ENV, finished_run
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from airetrain.checkpoint.mirror import Mirror
-from airetrain.run_log import starts
+from airetrain.rundir.run_log import starts
 
 
 @pytest.fixture

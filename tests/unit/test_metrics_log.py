@@ -1,6 +1,6 @@
 """metrics_log: a run's metric history, kept durable, restored where Snakemake removed results/<run>/'s copy,
 read as it stands (a resumed session's lines supersede the earlier sessions' after its step)."""
-from airetrain import metrics_log
+from airetrain.rundir import metrics_log
 
 
 def session(durable, results, resumed_from: int, steps, extra=None):

@@ -27,7 +27,7 @@ def test_advice_carries_the_numbers_behind_it():
 def test_the_advice_quotes_the_request_the_next_plan_makes(tmp_path):
     """A pipeline run that used little of its request: the advice names resources: measured and quotes,
     key by key, what the next plan with it asks for once the report has recorded this job."""
-    from airetrain.history import record
+    from airetrain.rundir.history import record
     from airetrain.plan.planner import plan_all
     from airetrain.report.collection import next_request
 

@@ -2,7 +2,7 @@
 right-sized run keeps its requests while its profile is the same."""
 import json
 
-from airetrain.history import record
+from airetrain.rundir.history import record
 from airetrain.plan.planner import plan_all
 from airetrain.records import Minutes
 from airetrain.typed import to_dict

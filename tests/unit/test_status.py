@@ -76,7 +76,7 @@ def test_while_accounting_is_unavailable_the_table_says_so_above_squeues_states(
 
 
 def test_a_run_whose_code_changed_since_it_started_says_so_until_it_is_done(tmp_path):
-    from airetrain.capture import ensure
+    from airetrain.rundir.capture import ensure
 
     results, logs = tmp_path / "results", tmp_path / "logs"
     package = tmp_path / "code" / "mylab"
@@ -94,7 +94,7 @@ def test_a_run_whose_code_changed_since_it_started_says_so_until_it_is_done(tmp_
 
 
 def test_a_script_that_started_over_beside_its_durable_checkpoints_is_named(tmp_path):
-    from airetrain.run_log import record_start
+    from airetrain.rundir.run_log import record_start
 
     results, script = tmp_path / "results", tmp_path / "train.py"
     script.write_text("")

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from airetrain import metrics_log, records
+from airetrain import records
+from airetrain.rundir import metrics_log
 from airetrain.checkpoint.background import WritePath
 from airetrain.schedule import Position
 from airetrain.train.parallel.process_group import Dist

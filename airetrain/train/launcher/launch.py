@@ -21,9 +21,9 @@ from pathlib import Path
 
 from ...environment import with_user_settings
 from ...records import STOPPED, Plan, StopRecord, read_record
-from ...run_log import LAUNCH_ID, hangs, record_health, record_stop
+from ...rundir.run_log import LAUNCH_ID, hangs, record_health, record_stop
 from ...cluster.slurm import job_restarts, requeue, requeue_without, srun_per_node
-from ... import capture, metrics_log
+from ...rundir import capture, metrics_log
 from .lock import RunLock
 
 

@@ -19,7 +19,7 @@ import socket
 import time
 from pathlib import Path
 
-from ...run_log import LOCK
+from ...rundir.run_log import LOCK
 from ...cluster.slurm import job_alive
 
 LOG = "lock.log"

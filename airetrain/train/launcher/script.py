@@ -12,14 +12,14 @@ import socket
 import time
 from pathlib import Path
 
-from ... import metrics_log
+from ...rundir import metrics_log
 from ...checkpoint import store
 from ...checkpoint.mirror import Mirror
 from ...environment import expand_script_args, gives_batch
 from ...fsutil import write_json_atomic
 from ...records import STOPPED, Plan, StageRecord, TrainRecord, read_record, write_record
 from ...roots import run_dir
-from ...run_log import record_session, starts
+from ...rundir.run_log import record_session, starts
 from ...cluster import slurm
 from ...cluster.slurm import remaining_seconds
 from ...tracking import trackers

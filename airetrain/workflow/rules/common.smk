@@ -23,7 +23,7 @@ from airetrain.plan.planner import datasets_to_prepare, plan_workflow
 from airetrain.plan.overview import format_table
 from airetrain.profiles import account_problem, unquoted
 from airetrain.cluster.slurm import training_job
-from airetrain.run_log import LOCK as TRAINER_LOCK
+from airetrain.rundir.run_log import LOCK as TRAINER_LOCK
 from airetrain.search_space import rung_name, slots, step_path, tune_folder
 from airetrain.typed import to_dict
 from airetrain.workflow import TRAIN_SCRIPT

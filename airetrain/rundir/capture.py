@@ -19,11 +19,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .fingerprints import fingerprint
-from .fsutil import read_json, sha256_file, write_json_atomic
+from ..fsutil import read_json, sha256_file, write_json_atomic
 from .provenance import airetrain_state
-from .records import Plan
+from ..records import Plan
 
 MANIFEST = "manifest.json"
 CODE_ENV = "AIRETRAIN_CODE"

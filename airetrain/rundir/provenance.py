@@ -27,7 +27,7 @@ def git_state(directory: str | Path) -> dict:
 def airetrain_state() -> dict:
     """airetrain's version, and its checkout's commit and dirty flag (None when installed from a wheel:
     a virtual environment inside the user's own repository would otherwise lend it the project's commit)."""
-    from . import __version__
+    from .. import __version__
 
     checkout = (SOURCE / "pyproject.toml").is_file() and (SOURCE / ".git").exists()
     state = git_state(SOURCE) if checkout else {"commit": None, "dirty": None}

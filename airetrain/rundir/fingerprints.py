@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from .run_config import RunConfig
+from ..run_config import RunConfig
 
 # Keys that do not change what is computed: a run whose config differs only in these resumes.
 # (epochs is one: raising it continues training from the newest checkpoint; early_stop another: it

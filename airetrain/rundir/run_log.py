@@ -11,9 +11,9 @@ import json
 import time
 from pathlib import Path
 
-from .fsutil import read_json
+from ..fsutil import read_json
 from .provenance import airetrain_state, git_state
-from .records import Plan, RunRecord
+from ..records import Plan, RunRecord
 
 SESSIONS = "sessions.jsonl"
 
@@ -133,6 +133,7 @@ def left_out(run_dir: str | Path) -> dict[str, str]:
 
 
 LAUNCH_ID = "AIRETRAIN_LAUNCH_ID"   # set by the launch for its ranks: the watchdog counts hangs per launch
+TRAINED = "train.json"              # the finished run's record, kept on scratch beside its checkpoints
 LOCK = "trainer.lock"               # in the durable run directory: who trains the run (train/launcher/lock.py)
 
 
@@ -177,3 +178,8 @@ def captured_code(plan: Plan) -> dict | None:
     return {"fingerprint": manifest["fingerprint"], "path": str(path.parent), "files": manifest["files"],
             "bytes": manifest["bytes"], "airetrain": manifest["airetrain"]}
 
+
+
+def trained_record_path(plan) -> Path:
+    """Where a finished training keeps a copy of its train.json: the durable run directory."""
+    return plan.durable_dir / TRAINED

@@ -18,9 +18,9 @@ import math
 import time
 from pathlib import Path
 
-from .fsutil import read_json
-from .records import Plan, read_plan
-from .text import aligned, human_mb
+from ..fsutil import read_json
+from ..records import Plan, read_plan
+from ..text import aligned, human_mb
 
 HISTORY = "history.jsonl"
 
