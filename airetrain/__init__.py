@@ -18,18 +18,11 @@ maps its modules):
     workflow/        the Snakemake workflow, shipped in the package: Snakefile, rules, schema, profiles
 
 The commands (they may import anything):
-    cli              the `airetrain` command: the steps the rules run, and tools for users
-    command_config   the config a command reads, as Snakemake reads it from the same words, and its plans
-    resolve          the plan step's own work: files counted, user code tried, strategy decided
+    cli              the `airetrain` command: it assembles the commands' parsers
+    commands/        one module per command, or per family of them, each with its own add_parsers
     job              airetrain.job, for a user's own torchrun script: the deadline and requeue contract
     lightning        airetrain.lightning: the same contract as one Lightning callback
     hf               airetrain.hf: the same contract as one Hugging Face Trainer callback
-    report_command   `airetrain report`: the efficiency table of runs, or of any SLURM jobs (sacct started first)
-    tuning           the search's steps as commands (`airetrain tune-step`, `tune-table`)
-    site_command     `airetrain site`: the site's facts read from SLURM
-    health_command   `airetrain health`: the node check, the first step of a run's job
-    workflow_job     `airetrain submit`: the pipeline's Snakemake in a SLURM job of its own, requeued before its limit
-    doctor           `airetrain doctor`: what this environment can run
     __main__         `python -m airetrain`
 
 Shared (they import only each other):

@@ -9,9 +9,9 @@ from pathlib import Path
 # only what every command needs: each imports its own, so `airetrain report --jobs` starts in a few hundredths
 # of a second
 from .errors import ConfigError, NoSpaceError
-from . import health_command, report_command, site_command, tuning, workflow_job
-from .command_config import config_arguments, load_config, load_plans
-from .resolve import resolve_plan
+from .commands import efficiency_report, node_check, site, submit, tune_steps
+from .commands.config_options import config_arguments, load_config, load_plans
+from .commands.resolve import resolve_plan
 
 
 def _forecast(args, plans: dict) -> None:
@@ -85,7 +85,7 @@ def _sbatch(args) -> None:
 
 
 def _doctor(args) -> None:
-    from .doctor import report
+    from .commands.doctor import report
 
     print("\n".join(report()))
 
@@ -150,11 +150,11 @@ def _status(args) -> None:
     import time
 
     from .report.status import format_status, status
-    from .workflow_job import status_lines
+    from .commands.submit import status_lines
 
     plans = load_plans(args)
     while True:
-        runs, searches = tuning.status_names(plans, args.results)   # a search's trials as they appear
+        runs, searches = tune_steps.status_names(plans, args.results)   # a search's trials as they appear
         rows = status(runs, args.results, args.logs)
         text = json.dumps(rows, indent=1, default=str) if args.json else \
             "\n".join([*status_lines(), format_status(rows), *searches])
@@ -344,11 +344,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("names", nargs="+", metavar="RUN_OR_GROUP")
     p.set_defaults(func=_compare)
 
-    report_command.add_parsers(sub)
-    tuning.add_parsers(sub)
-    site_command.add_parsers(sub)
-    health_command.add_parsers(sub)
-    workflow_job.add_parsers(sub)
+    efficiency_report.add_parsers(sub)
+    tune_steps.add_parsers(sub)
+    site.add_parsers(sub)
+    node_check.add_parsers(sub)
+    submit.add_parsers(sub)
     return parser if sub.found or command is None else build_parser()
 
 

@@ -231,7 +231,7 @@ def prepare_training(tmp_path: Path, run_cfg: dict, name: str = "t", env: dict |
     env and cwd: the run's environment and working directory; the plan step imports the user's code
     from them (PYTHONPATH, and the workflow's directory), as the plan rule does."""
     from airetrain.catalog import prepared
-    from airetrain.resolve import resolve_plan
+    from airetrain.commands.resolve import resolve_plan
     from airetrain.fsutil import write_json_atomic
     from airetrain.records import Plan, write_record
     from airetrain.roots import Root

@@ -11,7 +11,7 @@
     rightsize    resources: measured (airetrain/sizing.py computes the requests)
     forecast     when each layout would start and finish
     overview     the plan of every run as one table
-    commands     the `airetrain` command each rule runs
+    step_commands  the `airetrain` command each rule runs
     interpreter  which Python the rules run
     sbatch       `airetrain sbatch`: a stand-alone batch script for a run
 

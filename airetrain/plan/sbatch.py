@@ -14,7 +14,7 @@ from ..environment import APPENDED, SCRIPT_VARIABLES, expand_script_args
 from ..records import Plan
 from ..typed import to_dict
 from ..workflow import TRAIN_SCRIPT
-from .commands import command, run_paths
+from .step_commands import command, run_paths
 from .planner import datasets_to_prepare
 from .request import sbatch_options
 

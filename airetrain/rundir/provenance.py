@@ -6,7 +6,7 @@ from pathlib import Path
 
 # The folder above the package: a source checkout of airetrain has its pyproject.toml there; an
 # installed one (a wheel in site-packages) has none, and then only its version says what it is.
-SOURCE = Path(__file__).resolve().parents[1]
+SOURCE = Path(__file__).resolve().parents[2]   # airetrain/rundir/provenance.py: the checkout
 
 
 def git_state(directory: str | Path) -> dict:

@@ -1,4 +1,4 @@
-"""The batch script of `airetrain sbatch` runs exactly the commands the rules run (plan/commands.py)."""
+"""The batch script of `airetrain sbatch` runs exactly the commands the rules run (plan/step_commands.py)."""
 from conftest import run, snakemake, write_config
 
 STEPS = ("prepare", "stage", "launch", "promote")

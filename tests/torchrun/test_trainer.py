@@ -10,7 +10,7 @@ from airetrain.plan import config
 from airetrain.errors import ConfigError
 from airetrain.builtin_models import MODELS
 from airetrain.train.models import build_model
-from airetrain.resolve import resolve_plan
+from airetrain.commands.resolve import resolve_plan
 from airetrain.plan.planner import plan_all
 
 from conftest import ENV, launch_training, read_json

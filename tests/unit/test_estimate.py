@@ -1,6 +1,6 @@
 """plan/estimate.py with users' own datasets: one real batch, of any structure, through the run's
 own forward pass and loss on the meta device (no memory allocated, no GPU needed)."""
-from airetrain.resolve import resolve_plan
+from airetrain.commands.resolve import resolve_plan
 from airetrain.plan.planner import plan_all
 from conftest import ENV
 from user_code import write_ownlab

@@ -3,7 +3,7 @@ submitted (an unknown source, one without weights, weights that do not fit the d
 record of its source."""
 import pytest
 
-from airetrain.resolve import resolve_plan
+from airetrain.commands.resolve import resolve_plan
 from airetrain.errors import ConfigError
 from airetrain.plan import config as cfg
 from airetrain.plan.planner import plan_all

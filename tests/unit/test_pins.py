@@ -7,7 +7,7 @@ from importlib import metadata
 
 import yaml
 
-from airetrain import doctor
+from airetrain.commands import doctor
 
 from conftest import REPO
 

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from airetrain.resolve import resolve_plan
+from airetrain.commands.resolve import resolve_plan
 from airetrain.plan.planner import plan_all
 from airetrain.train.plan_check import UserCodeError, needs_check
 from conftest import ENV

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from airetrain.resolve import resolve_plan
+from airetrain.commands.resolve import resolve_plan
 from airetrain.errors import ConfigError
 from airetrain.plan.planner import plan_all
 from airetrain.quota import count_files

@@ -9,7 +9,7 @@ from airetrain.errors import ConfigError
 from airetrain.plan.planner import plan_all, plan_rung
 from airetrain.search_space import parameters, rungs, step_path, trial_file, tune_folder
 from airetrain.tune.steps import chain, decide
-from airetrain.tuning import report_names
+from airetrain.commands.tune_steps import report_names
 
 SPACE = {"optim.lr": {"loguniform": [1.0e-4, 1.0e-1]}, "model.width": {"choice": [8, 16]}}
 TUNED = {"train": {"epochs": 9}, "tune": {"space": SPACE, "trials": 3, "parallel": 2,
@@ -203,7 +203,7 @@ def test_a_rung_that_trained_nothing_new_fails_its_trial_naming_the_restart(tmp_
 
 
 def test_status_shows_each_trials_newest_rung_and_a_line_per_search(tmp_path):
-    from airetrain.tuning import status_names
+    from airetrain.commands.tune_steps import status_names
 
     planned, results = plans(tmp_path, {"cnn": TUNED, "other": {}}), tmp_path / "results"
     first = decide(planned["cnn"], 0, 0, results)

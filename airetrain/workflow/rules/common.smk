@@ -17,7 +17,7 @@ if os.path.exists(os.path.join(PACKAGE_PARENT, "pyproject.toml")):
     put_package_first(PACKAGE_PARENT)
 
 from airetrain.errors import ConfigError
-from airetrain.plan.commands import command, run_paths
+from airetrain.plan.step_commands import command, run_paths
 from airetrain.plan.interpreter import rule_python
 from airetrain.plan.planner import datasets_to_prepare, plan_workflow
 from airetrain.plan.overview import format_table

@@ -4,8 +4,8 @@ import json
 import os
 import shlex
 
-from airetrain import workflow_job
-from airetrain.workflow_job import HELD, LOCKS, batch_script, job_name, stale_locks_of_ours
+from airetrain.commands import submit
+from airetrain.commands.submit import HELD, LOCKS, batch_script, job_name, stale_locks_of_ours
 
 
 def test_the_batch_script_is_one_small_long_job_named_for_the_project(tmp_path):
@@ -30,10 +30,10 @@ def test_only_the_lock_files_this_projects_workflow_job_took_are_removed(tmp_pat
     lock(tmp_path)
     assert stale_locks_of_ours(tmp_path, "7") is None   # a lock no workflow job recorded: a Snakemake by hand
     (tmp_path / HELD).parent.mkdir(parents=True)
-    (tmp_path / HELD).write_text(json.dumps({"job": "7", "locks": workflow_job._locks(tmp_path)}))
+    (tmp_path / HELD).write_text(json.dumps({"job": "7", "locks": submit._locks(tmp_path)}))
     assert "this job's own" in stale_locks_of_ours(tmp_path, "7")   # requeued: the same job id
     os.utime(tmp_path / LOCKS / "0.input.lock", ns=(1, 1))   # taken again since, by another Snakemake
     assert stale_locks_of_ours(tmp_path, "7") is None
-    (tmp_path / HELD).write_text(json.dumps({"job": "7", "locks": workflow_job._locks(tmp_path)}))
+    (tmp_path / HELD).write_text(json.dumps({"job": "7", "locks": submit._locks(tmp_path)}))
     lock(tmp_path, "1.output.lock")   # one more than recorded
     assert stale_locks_of_ours(tmp_path, "7") is None

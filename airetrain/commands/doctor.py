@@ -9,10 +9,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .quota import quota_rows
+from ..quota import quota_rows
 
 # The pins the test suite ran (shared by the Makefile, CI and envs/aire.yaml), in a checkout.
-PINS = Path(__file__).resolve().parents[1] / "envs" / "requirements.txt"
+PINS = Path(__file__).resolve().parents[2] / "envs" / "requirements.txt"
 
 AIRE_VARIABLES = ("SCRATCH", "TMP_SHARED", "TMPDIR", "HOME")
 TORCH_VARIABLES = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF",
@@ -125,7 +125,7 @@ def quota_lines(roots: dict[str, str | None]) -> list[str]:
 def report() -> list[str]:
     import torch
 
-    from .cluster.hardware import gpu_facts
+    from ..cluster.hardware import gpu_facts
 
     lines = [f"python {platform.python_version()}  torch {torch.__version__}  CUDA {torch.version.cuda}",
              torch_pin_line(torch.__version__, pinned_version("torch"))]

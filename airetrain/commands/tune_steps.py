@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def _step(args) -> None:
-    from .plan.planner import plan_rung
-    from .records import Plan, read_record
-    from .run_config import Settings
-    from .search_space import ladder, parse_trial, step_path, tune_folder
-    from .tune.steps import decide
+    from ..plan.planner import plan_rung
+    from ..records import Plan, read_record
+    from ..run_config import Settings
+    from ..search_space import ladder, parse_trial, step_path, tune_folder
+    from ..tune.steps import decide
 
     tuned = read_record(args.plan, Plan)
     settings = Settings.from_dict(json.loads(args.settings_json))
@@ -38,8 +38,8 @@ def _step(args) -> None:
 
 
 def _table(args) -> None:
-    from .records import Plan, read_record
-    from .tune.table import write_table
+    from ..records import Plan, read_record
+    from ..tune.table import write_table
 
     tuned = read_record(args.plan, Plan)
     about = write_table(tuned, Path(args.out), Path(args.plan).parents[1])
@@ -53,7 +53,7 @@ def report_names(results: str | Path, names: list[str]) -> list[str]:
     of its trials trained, a row per trial."""
     import csv
 
-    from .search_space import rung_name
+    from ..search_space import rung_name
 
     out = []
     for name in names:
@@ -70,8 +70,8 @@ def report_names(results: str | Path, names: list[str]) -> list[str]:
 def status_names(plans: dict, results: str | Path = "results") -> tuple[list[str], list[str]]:
     """(the names `airetrain status` shows: a tuned run's trials by the newest rung each has begun, every other
     run by its own name; a line per tuned run on its search: trials done, pruned and running, the best so far)."""
-    from .search_space import parse_rung, rung_name
-    from .tune.table import rows, summary
+    from ..search_space import parse_rung, rung_name
+    from ..tune.table import rows, summary
 
     names, lines = [], []
     for name, plan in plans.items():

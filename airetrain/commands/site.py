@@ -9,7 +9,7 @@ import sys
 def _site(args) -> None:
     import yaml
 
-    from .cluster.site_facts import fast_root_note, read_site
+    from ..cluster.site_facts import fast_root_note, read_site
 
     site, missing, partition, sources = read_site(args.partition, args.qos)
     if not site:

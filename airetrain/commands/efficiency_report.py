@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import ConfigError
-from .tuning import report_names
+from ..errors import ConfigError
+from .tune_steps import report_names
 
 
 def _report(args) -> None:
     import json
 
     started = _report_jobs_query(args)   # sacct under way while the code that folds its answer is imported
-    from .report.render import efficiency_markdown, to_markdown, write_efficiency
-    from .report.collection import frame, jobs_rows, table
+    from ..report.render import efficiency_markdown, to_markdown, write_efficiency
+    from ..report.collection import frame, jobs_rows, table
 
     energy = json.loads(args.energy_json) if args.energy_json else None   # the config's site.energy
     if started:
@@ -27,8 +27,8 @@ def _report(args) -> None:
         df = table(args.results, args.runs, energy)
         results = args.results
         if args.out:   # the pipeline's report: the finished runs join their durable history
-            from .rundir.history import record
-            from .report.query import UNAVAILABLE
+            from ..rundir.history import record
+            from ..report.query import UNAVAILABLE
             # a run whose sacct figures are missing joins its history once accounting answers again
             added = record(Path(args.results), [row for row in df.to_dict("records")
                                                  if not str(row.get("status")).startswith(UNAVAILABLE)])
@@ -40,7 +40,7 @@ def _report(args) -> None:
     if args.out:
         paths = write_efficiency(df, args.out, results)
         if args.runs:   # what the experiment found: a row per group of seeds
-            from .report.results_render import write_results
+            from ..report.results_render import write_results
             paths.update(write_results(Path(args.results), args.runs, Path(args.out), df))
         print(f"wrote {', '.join(str(p) for p in paths.values())}")
 
@@ -53,7 +53,7 @@ def _report_jobs_query(args):
         raise ConfigError("give run names, or --jobs/--since, not both")
     if args.seff_check < 0:
         raise ConfigError(f"--seff-check {args.seff_check}: give how many jobs seff checks, 0 or more")
-    from .report.query import Started
+    from ..report.query import Started
 
     args.jobs = [j for j in (args.jobs or "").split(",") if j]
     for job in args.jobs:

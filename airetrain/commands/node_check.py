@@ -7,13 +7,13 @@ import sys
 
 
 def _health(args) -> None:
-    from .health.preflight import preflight_step
+    from ..health.preflight import preflight_step
 
     sys.exit(preflight_step(args.plan, args.out))
 
 
 def _health_node(args) -> None:
-    from .health.preflight import node_step
+    from ..health.preflight import node_step
 
     node_step(args.plan, args.out)
 
@@ -21,7 +21,7 @@ def _health_node(args) -> None:
 def _requeue_excluding(args) -> None:
     import signal
 
-    from .cluster.slurm import requeue_excluding
+    from ..cluster.slurm import requeue_excluding
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the requeue signals this step: the release must still come
     requeued, said = requeue_excluding(args.job, args.nodes.split(","))

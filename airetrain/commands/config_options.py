@@ -6,8 +6,8 @@ from __future__ import annotations
 
 def load_config(args, right_size: bool = False) -> dict:
     """The config as Snakemake reads it from the same command line (plan.config.workflow_config)."""
-    from .plan.config import workflow_config
-    from .schema import deep_merge
+    from ..plan.config import workflow_config
+    from ..schema import deep_merge
 
     config = workflow_config(args.configfile, args.config, args.replace_workflow_config)
     if right_size:   # every run, also one that says resources: requested
@@ -26,7 +26,7 @@ def config_arguments(p) -> None:
 
 
 def load_plans(args, right_size: bool = False) -> dict:
-    from .plan.planner import plan_all
+    from ..plan.planner import plan_all
 
     # right-sized runs keep what they were planned with, and forecast-chosen runs their layout
     return plan_all(load_config(args, right_size), results="results")

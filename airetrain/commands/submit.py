@@ -36,9 +36,9 @@ import sys
 import time
 from pathlib import Path
 
-from .cluster import slurm
-from .errors import ConfigError
-from .cluster.units import format_duration
+from ..cluster import slurm
+from ..errors import ConfigError
+from ..cluster.units import format_duration
 
 FOLDER = Path("logs") / "workflow"
 RECORD = FOLDER / "job.json"          # the job submit queued: id, name, log
@@ -198,7 +198,7 @@ def status_lines(project: Path = Path("."), last: int = 5) -> list[str]:
 
 
 def add_parsers(sub) -> None:
-    from .command_config import config_arguments
+    from .config_options import config_arguments
 
     p = sub.add_parser("submit", help="run the pipeline (Snakemake) in a SLURM job of its own, which outlives the "
                                       "login session; Snakemake's own options after --")
@@ -216,8 +216,8 @@ def add_parsers(sub) -> None:
 
 
 def _submit(args) -> None:
-    from .command_config import load_plans
-    from .profiles import account_of
+    from .config_options import load_plans
+    from ..profiles import account_of
 
     account = account_of(args.profile)   # a placeholder is refused here, before anything is queued
     site = load_plans(args).settings.site   # so is every refusal of the plan

@@ -1,0 +1,12 @@
+"""The `airetrain` commands, one module per command or family of them, each with its add_parsers(sub); cli.py
+assembles them. Commands may import anything: each joins the stages below, which never import each other.
+
+    config_options     the config a command reads, as Snakemake reads it from the same words, and its plans
+    resolve            the plan step's own work: files counted, user code tried, strategy decided
+    submit             `airetrain submit`: the pipeline's Snakemake in a SLURM job of its own, requeued before its limit
+    efficiency_report  `airetrain report`: the efficiency table of runs, or of any SLURM jobs (sacct started first)
+    tune_steps         the search's steps (`airetrain tune-step`, `tune-table`), and a search's runs for status
+    site               `airetrain site`: the site's facts read from SLURM
+    node_check         `airetrain health`: the node check, the first step of a run's job
+    doctor             `airetrain doctor`: what this environment can run
+"""
