@@ -1,6 +1,10 @@
 """The `airetrain` commands, one module per command or family of them, each with its add_parsers(sub); cli.py
 assembles them. Commands may import anything: each joins the stages below, which never import each other.
 
+    planning           `airetrain plan` (with its forecast) and `airetrain sbatch`
+    setup              `airetrain init`, `workflow-path`
+    runs               `airetrain status`, `history`, `restart`, `sync`, `compare`
+    pipeline_steps     what each rule runs: `resolve`, `prepare`, `pack`, `stage`, `launch`, `promote`
     config_options     the config a command reads, as Snakemake reads it from the same words, and its plans
     resolve            the plan step's own work: files counted, user code tried, strategy decided
     submit             `airetrain submit`: the pipeline's Snakemake in a SLURM job of its own, requeued before its limit

@@ -158,3 +158,8 @@ def report() -> list[str]:
     lines.append("nvidia-ml-py: " + ("installed (GPU use is sampled)" if find_spec("pynvml")
                                      else "not installed (GPU use is not sampled)"))
     return lines
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("doctor", help="torch, CUDA, NCCL, GPUs and the variables that matter")
+    p.set_defaults(func=lambda args: print("\n".join(report())))
