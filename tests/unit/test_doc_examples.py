@@ -6,6 +6,7 @@ in the Markdown, on the line before its block: `<!-- example refused: part of th
 checked instead."""
 import re
 import shutil
+import sys
 
 import pytest
 import yaml
@@ -56,7 +57,9 @@ def project(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
-    return tmp_path
+    yield tmp_path
+    for name in [m for m in sys.modules if m == "mylab" or m.startswith("mylab.")]:   # other tests' own mylab
+        del sys.modules[name]
 
 
 @pytest.mark.parametrize("config,refused", examples())
