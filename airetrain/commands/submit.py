@@ -76,7 +76,8 @@ def batch_script(project: Path, argv: list[str], minutes: int, partition: str | 
         *(f"#SBATCH {option}" for option in options),
         "# The pipeline's Snakemake, in a job of its own (airetrain submit): it unlocks what a killed predecessor",
         "# left, runs Snakemake with --rerun-incomplete, and requeues this job before its limit.",
-        shlex.join([sys.executable, "-m", "airetrain", "workflow-job", "--", *argv]), ""])
+        "# exec: this process is the batch shell, which SLURM's warning (--signal=B:USR1) reaches",
+        "exec " + shlex.join([sys.executable, "-m", "airetrain", "workflow-job", "--", *argv]), ""])
 
 
 def submit(project: Path, argv: list[str], minutes: int, partition: str | None, account: str | None) -> str:
@@ -151,7 +152,10 @@ def run_in_job(argv: list[str], project: Path = Path("."), say=print) -> int:
                 "(if none runs, `snakemake --unlock` once)", flush=True)
     requeue = []
     signal.signal(signal.SIGUSR1, lambda *_: requeue.append(True))
-    proc = subprocess.Popen([snakemake, *argv, "--rerun-incomplete"], env=env)
+    # Snakemake ignores SIGUSR1: the warning is this process's to act on, whoever SLURM signals (scancel --batch
+    # signals the batch shell's children too), and Snakemake would die of it
+    proc = subprocess.Popen([snakemake, *argv, "--rerun-incomplete"], env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGUSR1, signal.SIG_IGN))
     recorded = False
     while True:
         try:

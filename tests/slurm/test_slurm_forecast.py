@@ -89,13 +89,15 @@ def test_a_blocked_node_makes_three_gpus_finish_first_and_free_nodes_six(forecas
 
 def test_a_request_sbatch_refuses_is_said_and_the_choice_falls_back_to_duration(forecasting):
     work, env, _, _ = forecasting
-    # a QoS the cluster lacks: sbatch refuses it (a partition it lacks, the plan refuses first)
+    # more memory than a node has, which a site: of bigger nodes lets the plan ask for (warned about, not
+    # refused: the site's facts may be the ones that are right): sbatch refuses it
     cfg = write_config(work / "nosuch.yaml", {"roots": {"scratch": str(work / "scratch")},
-                                              "runs": {"r": {**RUN, "slurm": {"qos": "nosuch"}}}})
+                                              "site": {"mem_gb_per_node": 2000},
+                                              "runs": {"r": {**RUN, "mem_gb_per_rank": 400}}})
     rows = json.loads(airetrain(work, env, "plan", "--configfile", str(cfg), "--forecast", "--json"))["runs"]["r"]
     for row in rows:
         assert row["start"] is None and "sbatch --test-only refused the request" in row["start_how"]
-        assert "invalid qos" in row["start_how"].lower(), row["start_how"]
+        assert "Requested node configuration is not available" in row["start_how"], row["start_how"]
     airetrain(work, env, "plan", "--configfile", str(cfg), "--write", str(work / "planned"))
     plan = read_json(work / "planned/r/plan.json")
     assert plan["gpus"] == 6 and "(by duration alone)" in plan["forecast"]["why"]

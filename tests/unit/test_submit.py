@@ -14,8 +14,8 @@ def test_the_batch_script_is_one_small_long_job_named_for_the_project(tmp_path):
     assert f"--job-name={job_name(tmp_path)}" in options and "--cpus-per-task=1" in options
     assert {"--time=2-00:00:00", "--signal=B:USR1@300", "--requeue", "--open-mode=append", "--partition=long",
             "--account=lab", f"--chdir={tmp_path.resolve()}"} <= set(options)
-    words = shlex.split(text.splitlines()[-1])
-    assert words[1:5] == ["-m", "airetrain", "workflow-job", "--"] and words[5:] == \
+    words = shlex.split(text.splitlines()[-1])   # exec: the process SLURM's warning signal reaches
+    assert words[0] == "exec" and words[2:6] == ["-m", "airetrain", "workflow-job", "--"] and words[6:] == \
         ["--executor", "slurm", "--config", "defaults={gpus: 3}"]   # one word each, whatever the shell
     assert job_name(tmp_path) == job_name(tmp_path / ".") != job_name(tmp_path / "other")
 
