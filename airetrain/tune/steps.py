@@ -97,6 +97,8 @@ def _tell(optuna, study, previous: dict, results: Path, metric: str, rungs: list
         optuna.trial.Trial(study, frozen._trial_id).set_user_attr("error", frozen_error)
         study.tell(number, state=optuna.trial.TrialState.FAIL)
         return None
+    # The trial was asked for by an earlier step, in another process: Optuna rebuilds it only from its storage id,
+    # which FrozenTrial keeps as _trial_id (no public accessor; the other way, study._storage, is private too)
     trial = optuna.trial.Trial(study, frozen._trial_id)
     for at, value in values:
         trial.report(value, at)
