@@ -65,11 +65,11 @@ def test_the_workflow_job_outlives_a_cancel_and_nothing_is_trained_twice(slurm_c
     run([str(BIN / "airetrain"), "init", str(project), "--account", "lab"], env=env)
     (project / "countlab.py").write_text(COUNTED)
     config = yaml.safe_load((project / "config/config.yaml").read_text())
-    config["defaults"].update({"precision": "fp32", "train": {"epochs": 4, "log_every_steps": 1},
+    config["defaults"].update({"precision": "fp32", "train": {"epochs": 6, "log_every_steps": 1},
                                "checkpoint": {"every_steps": 4}, "slurm": {"partition": "standard"}})
     config["runs"] = {name: {"model": {"name": "countlab:counted", "options": {"tag": name}}} for name in ("a", "b")}
     (project / "config/config.yaml").write_text(yaml.safe_dump(config))
-    (tmp_path / "hold").touch()
+    (tmp_path / "hold").touch()   # a second a step until the test removes it: 132 steps, longer than the steps below
 
     first = run([str(BIN / "airetrain"), "submit", *STATUS_ARGS], env=env, cwd=project).stdout
     job1 = first.split("SLURM job ")[1].split(":")[0]
