@@ -211,9 +211,9 @@ def user_jobs(fields: str, *options: str) -> list[list[str]] | None:
     return None if out is None else [line.split("|") for line in out.splitlines() if line.strip()]
 
 
-def submit(script: str) -> tuple[str | None, str]:
-    """sbatch a batch script: (its job id, '') or (None, why sbatch refused)."""
-    proc = call(["sbatch", "--parsable", script], timeout=120)
+def submit(script: str, options: list[str] = ()) -> tuple[str | None, str]:
+    """sbatch a batch script, with options of its command line: (its job id, '') or (None, why sbatch refused)."""
+    proc = call(["sbatch", "--parsable", *options, script], timeout=120)
     if proc is None:
         return None, "sbatch is not here, or did not answer"
     if proc.returncode != 0:

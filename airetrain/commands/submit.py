@@ -38,6 +38,7 @@ from pathlib import Path
 
 from ..cluster import slurm
 from ..errors import ConfigError
+from ..plan.config import SLURM_NAME
 from ..cluster.units import format_duration
 
 FOLDER = Path("logs") / "workflow"
@@ -69,8 +70,8 @@ def batch_script(project: Path, argv: list[str], minutes: int, partition: str | 
     """The workflow job's batch script: Snakemake's arguments, each quoted for the shell."""
     options = [f"--job-name={job_name(project)}", "--cpus-per-task=1", f"--mem={MEMORY}",
                f"--time={format_duration(minutes * 60)}", f"--signal=B:USR1@{WARN_S}", "--requeue",
-               "--open-mode=append", f"--output={(project / LOG).resolve()}", f"--chdir={project.resolve()}",
-               *([f"--partition={partition}"] if partition else []), *([f"--account={account}"] if account else [])]
+               "--open-mode=append", *([f"--partition={partition}"] if partition else []),
+               *([f"--account={account}"] if account else [])]
     return "\n".join([
         "#!/bin/bash",
         *(f"#SBATCH {option}" for option in options),
@@ -80,8 +81,16 @@ def batch_script(project: Path, argv: list[str], minutes: int, partition: str | 
         "exec " + shlex.join([sys.executable, "-m", "airetrain", "workflow-job", "--", *argv]), ""])
 
 
+def paths(project: Path) -> list[str]:
+    """sbatch's options that name the project's paths: given on its command line, one argument each, so that a
+    path with a space in it stays one path (a #SBATCH line is split at spaces)."""
+    return [f"--output={(project / LOG).resolve()}", f"--chdir={project.resolve()}"]
+
+
 def submit(project: Path, argv: list[str], minutes: int, partition: str | None, account: str | None) -> str:
     """Queue the workflow's job (refused while one of this project is queued or running); returns its id."""
+    if partition is not None and not SLURM_NAME.match(partition):   # it reaches the batch script
+        raise ConfigError(f"--partition {partition!r}: a SLURM name is letters, digits, '_', '.' and '-'")
     name = job_name(project)
     if running := queued(name):
         raise ConfigError(f"this project's workflow already runs as SLURM job {', '.join(running)} ({name}): "
@@ -89,7 +98,7 @@ def submit(project: Path, argv: list[str], minutes: int, partition: str | None, 
     (project / FOLDER).mkdir(parents=True, exist_ok=True)
     script = project / SCRIPT
     script.write_text(batch_script(project, argv, minutes, partition, account))
-    job, refused = slurm.submit(str(script))
+    job, refused = slurm.submit(str(script), paths(project))
     if job is None:
         raise ConfigError(f"sbatch refused the workflow's job: {refused}")
     (project / RECORD).write_text(json.dumps({"job": job, "name": name, "log": str(LOG), "argv": argv,

@@ -4,7 +4,10 @@ import json
 import os
 import shlex
 
+import pytest
+
 from airetrain.commands import submit
+from airetrain.errors import ConfigError
 from airetrain.commands.submit import HELD, LOCKS, batch_script, job_name, stale_locks_of_ours
 
 
@@ -13,7 +16,13 @@ def test_the_batch_script_is_one_small_long_job_named_for_the_project(tmp_path):
     options = [line.split(" ", 1)[1] for line in text.splitlines() if line.startswith("#SBATCH ")]
     assert f"--job-name={job_name(tmp_path)}" in options and "--cpus-per-task=1" in options
     assert {"--time=2-00:00:00", "--signal=B:USR1@300", "--requeue", "--open-mode=append", "--partition=long",
-            "--account=lab", f"--chdir={tmp_path.resolve()}"} <= set(options)
+            "--account=lab"} <= set(options)
+    spaced = tmp_path / "my project"   # its paths go to sbatch's command line, one argument each
+    assert submit.paths(spaced) == [f"--output={spaced.resolve()}/logs/workflow/workflow.log",
+                                    f"--chdir={spaced.resolve()}"]
+    with pytest.raises(ConfigError) as refused:   # a partition reaches the script: one line, one name
+        submit.submit(tmp_path, [], 60, "long\nrm -rf /", None)
+    assert "--partition 'long\\nrm -rf /': a SLURM name is letters" in str(refused.value)
     words = shlex.split(text.splitlines()[-1])   # exec: the process SLURM's warning signal reaches
     assert words[0] == "exec" and words[2:6] == ["-m", "airetrain", "workflow-job", "--"] and words[6:] == \
         ["--executor", "slurm", "--config", "defaults={gpus: 3}"]   # one word each, whatever the shell
