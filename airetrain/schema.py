@@ -109,9 +109,9 @@ def numbers(value: Any, schema: dict, root: dict | None = None) -> Any:
     a search's choices), a string YAML 1.2 reads as a number (1e-4) is that number."""
     root = root or schema
     schema = resolve_ref(schema, root)
-    free = not _types(schema, root) and object_schema(schema, root) is None   # any value: a user's own
+    types = _types(schema, root)
+    free = not types and object_schema(schema, root) is None   # any value: a user's own
     if isinstance(value, str):
-        types = _types(schema, root)
         if "string" not in types and types & {"number", "integer"}:
             number = _number(value.strip(), "number" not in types)
             return value if number is None else number

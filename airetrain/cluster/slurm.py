@@ -192,15 +192,20 @@ def requeue(job_id: str) -> str | None:
     return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
 
 
+def _partitions(env=None) -> list[str] | None:
+    """sinfo's partition names, the default one marked with '*'; None where SLURM does not answer."""
+    out = query(["sinfo", "-h", "-o", "%P"], env)
+    return None if out is None else out.split()
+
+
 def partitions(env=None) -> list[str] | None:
     """The cluster's partitions, or None where SLURM is not here or does not answer."""
-    out = query(["sinfo", "-h", "-o", "%P"], env)
-    return None if out is None else [p.rstrip("*") for p in out.split()]
+    found = _partitions(env)
+    return None if found is None else [p.rstrip("*") for p in found]
 
 
 def default_partition(env=None) -> str | None:
-    out = query(["sinfo", "-h", "-o", "%P"], env)
-    return next((p.rstrip("*") for p in (out or "").split() if p.endswith("*")), None)
+    return next((p.rstrip("*") for p in _partitions(env) or [] if p.endswith("*")), None)
 
 
 def user_jobs(fields: str, *options: str) -> list[list[str]] | None:

@@ -26,6 +26,7 @@ from ..quota import dataset_size
 from ..records import Minutes, Plan, PlanRoots, RecordError, read_record
 from ..roots import Root, durable_root, run_dir
 from ..run_config import RunConfig, Settings
+from ..tracking.registry import TRACKERS
 from ..search_space import parse_rung, rung_name, trial_config, trial_file, trial_name
 from . import config as cfg, layout, refusals, search, sweep
 from .request import slurm_request, torchrun_args
@@ -276,31 +277,14 @@ def plan_warnings(plans: dict[str, Plan], settings: Settings) -> list[str]:
             warnings.append(f"run {name}: code changed since this run started ({', '.join(files[:3])}"
                             f"{', ...' if len(files) > 3 else ''}): it keeps its captured code until it finishes; "
                             f"airetrain restart {name} trains it with the new code")
-    warnings += shared_sqlite(plans)
+    configs = {name: plan.config for name, plan in plans.items()}
+    for sink in TRACKERS.values():   # what one tracker says of several runs together
+        warnings += sink.across_runs(configs)
     demand = sum(p.gpus for p in plans.values())
     limit = settings.site.max_gpus_per_user
     if demand > limit:
         warnings.append(f"these {len(plans)} runs ask for {demand} GPUs together, over the per-user limit of "
                         f"{limit} (site.max_gpus_per_user): at most {limit} GPUs run at once, the rest queue")
-    return warnings
-
-
-def shared_sqlite(plans: dict[str, Plan]) -> list[str]:
-    """A warning for each SQLite MLflow store that several runs (seeds, sweep points, a search's trials at once)
-    would write: SQLite takes one writer at a time, and jobs writing one file on a shared filesystem corrupt it."""
-    stores: dict[str, list[str]] = {}
-    for name, plan in plans.items():
-        mlflow = plan.config.tracking.mlflow
-        if mlflow is not None and mlflow.tracking_uri.startswith("sqlite:"):
-            stores.setdefault(mlflow.tracking_uri, []).append(name)
-    warnings = []
-    for uri, names in stores.items():
-        tunes = [n for n in names if plans[n].config.tune and plans[n].config.tune.parallel != 1]
-        if len(names) > 1 or tunes:
-            who = f"runs {', '.join(names)}" if len(names) > 1 else f"the trials of {names[0]} (tune.parallel)"
-            warnings.append(f"{who} would write one SQLite MLflow store, {uri}, at once: SQLite takes one writer, and "
-                            "a store on a shared filesystem gets corrupted. Use an MLflow server (tracking_uri: "
-                            "http://host:port, docs/tracking.md), or a store of each run's own")
     return warnings
 
 

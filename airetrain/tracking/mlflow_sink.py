@@ -41,6 +41,24 @@ class MlflowSink:
         why = uri_problem(cfg.tracking_uri)
         return ([f"{where}.tracking_uri = {cfg.tracking_uri!r} is refused: {why}"] if why else []), []
 
+    @staticmethod
+    def across_runs(runs: dict) -> list[str]:
+        """A warning for each SQLite store that several runs (seeds, sweep points, a search's trials at once) would
+        write: SQLite takes one writer at a time, and jobs writing one file on a shared filesystem corrupt it."""
+        stores: dict[str, list[str]] = {}
+        for name, run in runs.items():
+            if run.tracking.mlflow is not None and run.tracking.mlflow.tracking_uri.startswith("sqlite:"):
+                stores.setdefault(run.tracking.mlflow.tracking_uri, []).append(name)
+        warnings = []
+        for uri, names in stores.items():
+            tunes = [n for n in names if runs[n].tune and runs[n].tune.parallel != 1]
+            if len(names) > 1 or tunes:
+                who = f"runs {', '.join(names)}" if len(names) > 1 else f"the trials of {names[0]} (tune.parallel)"
+                warnings.append(f"{who} would write one SQLite MLflow store, {uri}, at once: SQLite takes one writer, "
+                                "and a store on a shared filesystem gets corrupted. Use an MLflow server "
+                                "(tracking_uri: http://host:port, docs/tracking.md), or a store of each run's own")
+        return warnings
+
     def open(self) -> dict[str, int]:
         # a server that does not answer costs a few seconds of the sending thread, not minutes of
         # retries (MLflow's defaults); the user's own settings win

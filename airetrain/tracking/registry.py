@@ -1,7 +1,8 @@
 """The trackers, one row each: a run's `tracking:` key, and the sink class that is that tracker. What differs
 between trackers is the class's own (sender.Sink): its package (and pip extra), what it preloads while the
-trainer sets up, its plan-time checks, and its part of a run's label in the results table. The trainer, the
-promote step, the plan and the results table go through this table and nothing else.
+trainer sets up, its plan-time checks (of a run, and of several runs together), and its part of a run's label
+in the results table. The trainer, the promote step, the plan and the results table go through this table and
+nothing else.
 
 Adding a tracker: a sink class written to sender.Sink, its row here, its key under `tracking:` in the schema
 and in run_config.Tracking.

@@ -55,6 +55,10 @@ class Sink(Protocol):
     def checks(where: str, cfg, site) -> tuple[list[str], list[str]]:
         """(problems that refuse the run, warnings) of its settings, at plan time."""
 
+    @staticmethod
+    def across_runs(runs: dict) -> list[str]:
+        """Warnings about several runs together ({run: its RunConfig}), at plan time."""
+
     def open(self) -> dict[str, int]: ...
 
     def log(self, step: int, figures: dict[str, float]) -> None: ...

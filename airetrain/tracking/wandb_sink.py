@@ -61,6 +61,10 @@ class WandbSink:
                         "node uploads the runs"]
         return [], []
 
+    @staticmethod
+    def across_runs(runs: dict) -> list[str]:
+        return []   # each run's offline files are its own
+
     def open(self) -> dict[str, int]:
         import wandb
 

@@ -262,6 +262,10 @@ class StandIn:
     def checks(where, cfg, site):
         return [], [f"{where}: the stand-in says hello"]
 
+    @staticmethod
+    def across_runs(runs):
+        return []
+
     def _history(self):
         return json.loads(self.store.read_text()) if self.store.exists() else {}
 
