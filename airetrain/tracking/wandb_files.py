@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+import time
 from pathlib import Path
 
 BLOCK = 32 * 1024
@@ -67,6 +68,14 @@ def sessions(wandb_dir: Path, run_id: str) -> list[Path]:
     """A run's offline session files under a W&B folder (WANDB_DIR/wandb), oldest first."""
     folders = (p for p in Path(wandb_dir).glob("offline-run-*") if (m := SESSION.match(p.name)) and m["id"] == run_id)
     return sorted(f / f"run-{run_id}.wandb" for f in folders if (f / f"run-{run_id}.wandb").exists())
+
+
+def await_own_folder(wandb_dir: Path, run_id: str) -> None:
+    """Returns in a second no session of run_id started in. W&B names an offline session's folder by the
+    (local) second it starts: a second session of the run in that second would share the folder and write
+    over the first's file, its history lost. Waits a second at most."""
+    while (Path(wandb_dir) / f"offline-run-{time.strftime('%Y%m%d_%H%M%S')}-{run_id}").exists():
+        time.sleep(0.05)
 
 
 def history(path: Path) -> list[dict]:

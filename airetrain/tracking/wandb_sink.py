@@ -14,7 +14,7 @@ from pathlib import Path
 from ..run_config import WandbTracking
 from .identity import Identity, directory
 from .opening import Opening
-from .wandb_files import last_steps
+from .wandb_files import await_own_folder, last_steps
 
 
 def wandb_root(durable_dir: Path) -> Path:
@@ -70,7 +70,10 @@ class WandbSink:
 
         self.root.mkdir(parents=True, exist_ok=True)
         run_id = self.identity.wandb_id
-        held = last_steps(self.root / "wandb", run_id) if self.cfg.mode == "offline" else {}
+        held = {}
+        if self.cfg.mode == "offline":
+            held = last_steps(self.root / "wandb", run_id)
+            await_own_folder(self.root / "wandb", run_id)
         o = self.opening
         self.run = wandb.init(project=self.cfg.project, entity=self.cfg.entity, id=run_id, name=o.run, group=o.group,
                               job_type=self.job_type, dir=str(self.root), resume="allow", reinit="create_new",
@@ -87,6 +90,8 @@ class WandbSink:
         for old in self.identity.superseded:
             old_id = (old.get("wandb") or {}).get("id")
             if old_id and not old.get("wandb_tagged"):
+                if self.cfg.mode == "offline":
+                    await_own_folder(self.root / "wandb", old_id)
                 previous = wandb.init(project=self.cfg.project, entity=self.cfg.entity, id=old_id, dir=str(self.root),
                                       resume="allow", reinit="create_new", tags=["superseded"],
                                       config={"airetrain.superseded_by": self.identity.wandb_id},

@@ -192,6 +192,32 @@ def test_w_and_b_offline_files_are_read_back_and_a_torn_one_up_to_its_last_whole
     assert 0 < len(kept) < 40 and [r["_step"] for r in kept] == list(range(1, len(kept) + 1))
 
 
+def test_two_sessions_of_a_w_and_b_run_in_one_second_keep_both_histories(tmp_path):
+    """W&B names an offline session's folder by the second it starts: a session whose second already
+    has a folder of its run would write over that folder's file. The sink waits for a free second.
+    Folders for this second and the next two are made first, as a session that just ended leaves."""
+    from airetrain.tracking.trackers import sinks
+
+    p = plan({"wandb": {"project": "p", "mode": "offline"}}, tmp_path)
+    folder = p.durable_dir / "tracking" / "wandb" / "wandb"
+    run_id = identity.Identity(p.durable_dir, p.run, "fp").wandb_id
+    now = time.time()
+    taken = [folder / f"offline-run-{time.strftime('%Y%m%d_%H%M%S', time.localtime(now + s))}-{run_id}"
+             for s in range(3)]
+    earlier = b":W&B" + bytes(3)   # a session's file: W&B's header, no record yet
+    for path in taken:
+        path.mkdir(parents=True)
+        (path / f"run-{run_id}.wandb").write_bytes(earlier)
+    for step in (1, 2):
+        (sink,) = sinks(p, tmp_path, fingerprint="fp")
+        sink.open()
+        sink.log(step, {"train/loss": 1.0 / step})
+        sink.close()
+    assert all((path / f"run-{run_id}.wandb").read_bytes() == earlier for path in taken)
+    ours = [f for f in wandb_files.sessions(folder, run_id) if f.parent not in taken]
+    assert [[row["_step"] for row in wandb_files.history(f)] for f in ours] == [[1], [2]]
+
+
 def test_sync_lists_what_is_not_uploaded_and_refuses_without_credentials_or_network(tmp_path, monkeypatch):
     durable = tmp_path / "scratch" / "airetrain" / "r"
     ident = identity.Identity(durable, "r")
