@@ -1,9 +1,8 @@
-"""A tune's search space and its trials' names: what the plan checks, what the study suggests, and what
-each trial's run is. No Optuna at import: the plan and every job read this module, only the study
-(tune/study.py) needs Optuna.
+"""A tune's search space and its trials' names: what the plan checks and what each trial's run is. No
+Optuna here: the plan and every job read this module; what asks Optuna (its suggestions, its grid) is
+the study's (tune/study.py).
 
     parameters(space)          the space's keys, in order, each with its distribution (or ConfigError)
-    suggest(trial, params)     Optuna's suggestions, in the space's order, under the dotted names
     trial_config(run, ...)     the trial's run: the tuned run with its parameters and a rung's epochs
     rungs(epochs, halving)     the epochs at which successive halving decides: 1, 3, 9, ..., epochs
     ladder(run), slots(...)    a tuned run's rungs, and its trials at once
@@ -84,26 +83,6 @@ def _parameter(key: str, kind: str, spec: dict, at: str) -> Parameter:
 
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def suggest(trial, params: list[Parameter]) -> dict:
-    """{dotted key: value} suggested by an Optuna trial, one call per parameter in the space's order: what a
-    plain Optuna objective written over the same space asks, so that the two studies draw alike."""
-    values = {}
-    for p in params:
-        if p.kind == "choice":
-            values[p.key] = trial.suggest_categorical(p.key, list(p.choices))
-        elif p.kind == "int":
-            values[p.key] = trial.suggest_int(p.key, int(p.low), int(p.high), step=p.step, log=p.log)
-        else:
-            values[p.key] = trial.suggest_float(p.key, p.low, p.high, log=p.kind == "loguniform")
-    return values
-
-
-def grid(params: list[Parameter]) -> dict[str, list]:
-    """Optuna's GridSampler space: every value of each parameter (a choice's, or an int range's steps)."""
-    return {p.key: list(p.choices) if p.kind == "choice" else list(range(int(p.low), int(p.high) + 1, p.step))
-            for p in params}
 
 
 def rungs(epochs: int, halving: dict | None) -> list[int]:

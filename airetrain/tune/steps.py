@@ -21,9 +21,9 @@ from ..rundir import metrics_log
 from ..direction import direction
 from ..fsutil import read_json, write_json_atomic
 from ..records import Plan
-from ..search_space import (ladder, parameters, parse_trial, rung_name, step_path, suggest, trial_file, trial_name,
+from ..search_space import (ladder, parameters, parse_trial, rung_name, step_path, trial_file, trial_name,
                             tune_folder)
-from .study import open_study
+from .study import open_study, suggest
 
 
 def metric_of(tuned: Plan) -> tuple[str, str]:

@@ -9,6 +9,9 @@ The study lives in results/<tune>/tune/: study.journal (Optuna's JournalStorage,
 and sampler.pkl. Each step is a process of its own, and a seeded sampler draws from its random state:
 kept between steps (pickled, as Optuna's documentation advises for resuming a study), the state makes
 the trials the same as a plain study's in one process. The pickle is the study's own, written here only.
+
+    suggest(trial, params)     Optuna's suggestions, in the space's order, under the dotted names
+    grid(params)               the space as Optuna's GridSampler reads it
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from ..fsutil import write_bytes_atomic
 from ..run_config import Tune
-from ..search_space import grid, parameters
+from ..search_space import Parameter, parameters
 
 STUDY_NAME = "airetrain"
 
@@ -78,3 +81,23 @@ def open_study(folder: Path, tune: Tune, direction: str, write: bool = True):
 
 def exists(folder: Path) -> bool:
     return (folder / "study.journal").exists() and os.path.getsize(folder / "study.journal") > 0
+
+
+def suggest(trial, params: list[Parameter]) -> dict:
+    """{dotted key: value} suggested by an Optuna trial, one call per parameter in the space's order: what a
+    plain Optuna objective written over the same space asks, so that the two studies draw alike."""
+    values = {}
+    for p in params:
+        if p.kind == "choice":
+            values[p.key] = trial.suggest_categorical(p.key, list(p.choices))
+        elif p.kind == "int":
+            values[p.key] = trial.suggest_int(p.key, int(p.low), int(p.high), step=p.step, log=p.log)
+        else:
+            values[p.key] = trial.suggest_float(p.key, p.low, p.high, log=p.kind == "loguniform")
+    return values
+
+
+def grid(params: list[Parameter]) -> dict[str, list]:
+    """Optuna's GridSampler space: every value of each parameter (a choice's, or an int range's steps)."""
+    return {p.key: list(p.choices) if p.kind == "choice" else list(range(int(p.low), int(p.high) + 1, p.step))
+            for p in params}
