@@ -117,6 +117,19 @@ def _end_what_the_test_started(request):
         cancel_jobs(request.getfixturevalue("slurm_cluster"))
 
 
+@pytest.fixture
+def wandb_in_this_process(monkeypatch):
+    """For a test that runs W&B in the test's own process: it starts a service here, which W&B hands to
+    child processes through WANDB_SERVICE. After the test, the service is ended and the variable is as
+    before, so that later tests' sessions never meet it."""
+    import wandb
+
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)
+    wandb.teardown()   # a service an earlier test left, if any: wandb.setup() starts a fresh one
+    yield wandb
+    wandb.teardown()
+
+
 @contextlib.contextmanager
 def ending_what_it_starts(cluster: dict | None = None):
     """Around a module fixture's set-up: however it ends (returned, failed, timed out), the processes it

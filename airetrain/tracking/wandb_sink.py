@@ -9,6 +9,8 @@ which says where it stands (starting_step).
 """
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 from ..run_config import WandbTracking
@@ -23,6 +25,18 @@ def wandb_root(durable_dir: Path) -> Path:
 
 
 FLUSH_S = 2.0   # W&B writes its offline file this often (its default, 15 s, is what a kill would lose)
+_service = {"own": False, "lock": threading.Lock()}
+
+
+def own_service() -> None:
+    """This process starts a W&B service of its own (once, before its first use of W&B). W&B hands its
+    service to child processes through WANDB_SERVICE: a session that joined a parent's (a notebook's, a
+    shell's that ran W&B, a test's) would leave its run's stream open there when it is killed, and the
+    rerun would be refused ("run ID ... is in use")."""
+    with _service["lock"]:
+        if not _service["own"]:
+            os.environ.pop("WANDB_SERVICE", None)
+            _service["own"] = True
 
 
 def settings(wandb, mode: str):
@@ -47,6 +61,7 @@ class WandbSink:
     def preload(cls) -> None:
         import wandb
 
+        own_service()
         wandb.setup()   # its service process, started before the first step rather than in it
 
     @staticmethod
@@ -68,6 +83,7 @@ class WandbSink:
     def open(self) -> dict[str, int]:
         import wandb
 
+        own_service()
         self.root.mkdir(parents=True, exist_ok=True)
         run_id = self.identity.wandb_id
         held = {}

@@ -134,7 +134,7 @@ def test_a_server_that_stops_mid_run_costs_figures_not_the_training(tmp_path):
     assert any(tip.startswith(f"tracking: {t['lost']} figures did not reach mlflow") for tip in tips), tips
 
 
-def test_a_restart_starts_a_new_tracker_run_and_tags_the_old_one_superseded(tmp_path, server):
+def test_a_restart_starts_a_new_tracker_run_and_tags_the_old_one_superseded(tmp_path, server, wandb_in_this_process):
     """`airetrain restart` keeps the old tracker runs and marks them; the next training's first session
     creates new ones and tags the old: MLflow's tags, and a W&B offline session of the old run id."""
     from airetrain.restart import restart

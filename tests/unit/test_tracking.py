@@ -3,6 +3,7 @@ identity, W&B's offline files read back, and what `airetrain sync` would upload.
 real training are tests/torchrun/test_tracking_resume.py's and the SLURM requeue test's."""
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -192,7 +193,7 @@ def test_w_and_b_offline_files_are_read_back_and_a_torn_one_up_to_its_last_whole
     assert 0 < len(kept) < 40 and [r["_step"] for r in kept] == list(range(1, len(kept) + 1))
 
 
-def test_two_sessions_of_a_w_and_b_run_in_one_second_keep_both_histories(tmp_path):
+def test_two_sessions_of_a_w_and_b_run_in_one_second_keep_both_histories(tmp_path, wandb_in_this_process):
     """W&B names an offline session's folder by the second it starts: a session whose second already
     has a folder of its run would write over that folder's file. The sink waits for a free second.
     Folders for this second and the next two are made first, as a session that just ended leaves."""
@@ -216,6 +217,46 @@ def test_two_sessions_of_a_w_and_b_run_in_one_second_keep_both_histories(tmp_pat
     assert all((path / f"run-{run_id}.wandb").read_bytes() == earlier for path in taken)
     ours = [f for f in wandb_files.sessions(folder, run_id) if f.parent not in taken]
     assert [[row["_step"] for row in wandb_files.history(f)] for f in ours] == [[1], [2]]
+
+
+SINK_SESSION = """
+import os, signal, sys
+from pathlib import Path
+from airetrain.plan.planner import plan_all
+from airetrain.tracking.trackers import sinks
+tmp, step, killed = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "killed"
+config = {"roots": {"scratch": str(tmp / "scratch")},
+          "runs": {"r": {"device": "cpu", "data": {"name": "synthetic"},
+                         "tracking": {"wandb": {"project": "p", "mode": "offline"}}}}}
+(sink,) = sinks(plan_all(config, env={"HOME": "/nonexistent"})["r"], tmp, fingerprint="fp")
+sink.open()
+sink.log(step, {"train/loss": 1.0 / step})
+if killed:
+    os.kill(os.getpid(), signal.SIGKILL)
+sink.close()
+"""
+
+
+def test_a_session_started_from_a_process_that_ran_w_and_b_runs_and_reruns_on_its_own_service(
+        tmp_path, wandb_in_this_process):
+    """W&B hands its service to child processes (WANDB_SERVICE). A training session started from a process
+    that ran W&B (a notebook; here, this test) starts a service of its own: killed, it leaves no stream of
+    its run open in the parent's, and its rerun opens the same run id again."""
+    wandb_in_this_process.setup()
+    assert os.environ.get("WANDB_SERVICE")   # what the sessions below inherit
+    script = tmp_path / "session.py"
+    script.write_text(SINK_SESSION)
+    killed = subprocess.run([sys.executable, str(script), str(tmp_path), "1", "killed"], env=os.environ.copy())
+    assert killed.returncode == -9
+    run([sys.executable, str(script), str(tmp_path), "2", "rerun"], env=os.environ.copy())
+    p = plan({"wandb": {"project": "p", "mode": "offline"}}, tmp_path)
+    folder = p.durable_dir / "tracking" / "wandb" / "wandb"
+    run_id = identity.Identity(p.durable_dir, p.run, "fp").wandb_id
+    rerun = wandb_files.sessions(folder, run_id)[-1]
+    assert [row["_step"] for row in wandb_files.history(rerun)] == [2]
+    # W&B's own log of each session: it started a service rather than joining this test's
+    for log in folder.glob(f"offline-run-*-{run_id}/logs/debug.log"):
+        assert "existing wandb-core service" not in log.read_text()
 
 
 def test_sync_lists_what_is_not_uploaded_and_refuses_without_credentials_or_network(tmp_path, monkeypatch):
