@@ -28,12 +28,12 @@ demo: install
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/snakemake --cores $(CORES)
 	@cat results/report/efficiency.md
 
-# The whole suite, the local SLURM cluster included (tests/slurm/up.sh needs root; without it
-# the SLURM tests are skipped with the reason). Two workers: one runs the tests on the cluster, in
-# order, while the other runs the rest (tests/conftest.py groups them). A cluster the suite started
-# is stopped when it ends, pass or fail.
+# The whole suite, the local SLURM test clusters included (tests/slurm/up.sh needs root; without it
+# the SLURM tests are skipped with the reason). Three workers: two run the tests of the two SLURM test
+# clusters, each cluster's in order, while the third runs the rest, and all three share what is left
+# (tests/conftest.py groups them). A cluster the suite started is stopped when it ends, pass or fail.
 test: install browser
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -n 2 -v -rs --durations=15
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -n 3 -v -rs --durations=15
 
 # The inner loop of development: lint and the unit tests (no torchrun, no cluster), a few minutes.
 check: lint

@@ -85,15 +85,27 @@ def run(cmd, cwd=None, env=None, check=True, timeout=600, exact_env=False, input
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """How pytest-xdist shares the suite between its two workers (`make test`): the tests on the SLURM
-    test cluster (tests/slurm/) are one unit of work, run in order by one worker, since they share the
-    cluster and several count its jobs; the rest go a module at a time to whichever worker is free (a
-    module's shared fixtures then run once). The cluster's unit, the largest, is handed out first."""
+    """How pytest-xdist shares the suite between its workers (`make test`): the tests on each SLURM test
+    cluster (tests/slurm/, CLUSTERS below) are one unit of work, run in order by one worker, since they
+    share that cluster and several count its jobs or stop its daemons; the rest go a module at a time to
+    whichever worker is free (a module's shared fixtures then run once). The clusters' units, the
+    largest, are handed out first, one to each worker: they mostly wait on SLURM, side by side."""
     from xdist.scheduler import LoadScopeScheduling
 
     class SuiteScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "tests/slurm" if nodeid.startswith("tests/slurm/") else nodeid.split("::", 1)[0]
+            path = nodeid.split("::", 1)[0]
+            if path.startswith("tests/slurm/"):
+                return f"tests/slurm on {cluster_of(Path(path).stem)}"
+            return path
+
+        def _assign_work_unit(self, node) -> None:
+            # xdist hands out the unit with the most tests first; the clusters' go first whatever their count
+            for scope in self.workqueue:
+                if scope.startswith("tests/slurm on "):
+                    self.workqueue.move_to_end(scope, last=False)
+                    break
+            super()._assign_work_unit(node)
 
     return SuiteScheduling(config, log)
 
@@ -328,8 +340,27 @@ SLURM_DIR = REPO / "tests" / "slurm"
 sys.path.insert(0, str(SLURM_DIR))   # tests/slurm/jobs.py: the report's live jobs, sbatch and wait helpers
 
 
-def slurm_state() -> Path:
-    return Path(os.environ.get("AIRETRAIN_SLURM_STATE", SLURM_DIR / "state"))
+# The suite's SLURM test clusters, both Aire-shaped (tests/slurm/up.sh): each test module runs on one, and the
+# two run side by side. "lab" is the one `make slurm-up` starts; "twin" has its own state, ports, node names
+# (twingpu1, ...: their cgroups apart) and job ids (a run's rendezvous port comes from its job id). The
+# modules that name lab's nodes or stop its daemons stay on lab; the rest are spread to even the two out.
+CLUSTERS = {"lab": {}, "twin": {"AIRETRAIN_SLURM_NODE_PREFIX": "twin", "AIRETRAIN_SLURM_CLUSTER": "twin",
+                                "AIRETRAIN_SLURM_PORT": "7017", "AIRETRAIN_SLURM_FIRST_JOB_ID": "7000"}}
+ON_TWIN = {"test_slurm_tune", "test_slurm_submit", "test_slurm_finetune", "test_slurm_forecast",
+           "test_slurm_report", "test_slurm_rightsize", "test_slurm_lock", "test_slurm_strings",
+           "test_slurm_requeue"}
+_in_use = ["lab"]   # the cluster of the module this worker runs now (a worker runs one module at a time)
+
+
+def cluster_of(module: str) -> str:
+    return "twin" if module in ON_TWIN else "lab"
+
+
+def slurm_state(cluster: str | None = None) -> Path:
+    """The state directory of a SLURM test cluster: by default, of the one this worker's tests use now."""
+    lab = Path(os.environ.get("AIRETRAIN_SLURM_STATE", SLURM_DIR / "state"))
+    name = cluster or _in_use[0]
+    return lab if name == "lab" else lab.with_name(f"{lab.name}-{name}")
 
 
 def _cluster_answers(env) -> bool:
@@ -357,33 +388,54 @@ def wheel(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster():
-    """The real local SLURM test cluster (tests/slurm/up.sh), started here if it is not up yet.
+def slurm_clusters():
+    """cluster(name): the environment of that real local SLURM test cluster (tests/slurm/up.sh), started
+    here if it is not up yet. Clusters this session started are stopped with it; one that was up before is
+    left up.
 
     Skipped with the reason only where it cannot start (no root, no unshare); under CI=true
     a cluster that does not start fails the run.
     """
-    state = slurm_state()
-    env = {**os.environ, "SLURM_CONF": str(state / "etc" / "slurm.conf")}
-    started = False
-    if not _cluster_answers(env):
-        problem, started = None, True
-        if os.geteuid() != 0:
-            problem = "the SLURM test cluster needs root (tests/slurm/up.sh)"
-        else:
-            proc = subprocess.run(["bash", str(SLURM_DIR / "up.sh")],
-                                  env={**os.environ, "AIRETRAIN_SLURM_STATE": str(state)},
-                                  capture_output=True, text=True, timeout=600)
-            if proc.returncode != 0 or not _cluster_answers(env):
-                problem = f"tests/slurm/up.sh failed:\n{proc.stdout}\n{proc.stderr}"
-        if problem:
-            if os.environ.get("CI"):
-                pytest.fail(problem)
-            pytest.skip(problem)
-    yield {"SLURM_CONF": env["SLURM_CONF"]}
-    if started:   # a cluster this session started is stopped with it; one that was up before is left up
-        subprocess.run(["bash", str(SLURM_DIR / "down.sh")], env={**os.environ, "AIRETRAIN_SLURM_STATE": str(state)},
+    started, up = [], {}
+
+    def cluster(name: str) -> dict:
+        if name in up:
+            return up[name]
+        state = slurm_state(name)
+        env = {**os.environ, "SLURM_CONF": str(state / "etc" / "slurm.conf")}
+        if not _cluster_answers(env):
+            problem = None
+            if os.geteuid() != 0:
+                problem = "the SLURM test cluster needs root (tests/slurm/up.sh)"
+            else:
+                started.append(name)
+                proc = subprocess.run(["bash", str(SLURM_DIR / "up.sh")],
+                                      env={**os.environ, **CLUSTERS[name], "AIRETRAIN_SLURM_STATE": str(state)},
+                                      capture_output=True, text=True, timeout=600)
+                if proc.returncode != 0 or not _cluster_answers(env):
+                    problem = f"tests/slurm/up.sh failed:\n{proc.stdout}\n{proc.stderr}"
+            if problem:
+                if os.environ.get("CI"):
+                    pytest.fail(problem)
+                pytest.skip(problem)
+        up[name] = {"SLURM_CONF": env["SLURM_CONF"]}
+        return up[name]
+
+    yield cluster
+    for name in started:
+        subprocess.run(["bash", str(SLURM_DIR / "down.sh")],
+                       env={**os.environ, **CLUSTERS[name], "AIRETRAIN_SLURM_STATE": str(slurm_state(name))},
                        capture_output=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(request, slurm_clusters):
+    """The environment of the SLURM test cluster this module runs on (CLUSTERS), up."""
+    name = cluster_of(Path(request.module.__file__).stem)
+    env = slurm_clusters(name)
+    _in_use[0] = name
+    yield env
+    _in_use[0] = "lab"
 
 
 def mount_tmpfs(mount: Path, size: str) -> None:

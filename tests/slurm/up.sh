@@ -18,7 +18,8 @@
 # Another site's shape (Aire's is the default), for that site's own tests: AIRETRAIN_SLURM_GPU_TYPE=a100
 # AIRETRAIN_SLURM_GPUS_PER_NODE=4 AIRETRAIN_SLURM_GPU_PARTITION=gpu-a100 AIRETRAIN_SLURM_QOS_GPU_CAP=8 (a QoS
 # gpulimits capping GPUs per user, enforced), with AIRETRAIN_SLURM_NODE_PREFIX=site (sitegpu1, ...: its
-# nodes' names and cgroups apart from the default cluster's), its own state and AIRETRAIN_SLURM_PORT.
+# nodes' names and cgroups apart from the default cluster's), its own state, AIRETRAIN_SLURM_PORT and
+# AIRETRAIN_SLURM_FIRST_JOB_ID. The suite's second Aire-shaped cluster is made the same way (tests/conftest.py).
 # Idempotent; everything lives in $AIRETRAIN_SLURM_STATE (default tests/slurm/state).
 # Clients: source "$AIRETRAIN_SLURM_STATE/env.sh". Stop with down.sh (by pid files only).
 set -euo pipefail
@@ -37,6 +38,9 @@ GPU_PARTITION=${AIRETRAIN_SLURM_GPU_PARTITION:-gpu}
 QOS_GPU_CAP=${AIRETRAIN_SLURM_QOS_GPU_CAP:-}
 P=${AIRETRAIN_SLURM_NODE_PREFIX:-lab}
 CLUSTER=${AIRETRAIN_SLURM_CLUSTER:-airetrain}
+# A cluster beside another counts its job ids from elsewhere: a run's rendezvous port comes from its job id
+# (10000 + id % 20000), and two clusters' jobs on one machine must not meet on a port.
+FIRST_JOB_ID=${AIRETRAIN_SLURM_FIRST_JOB_ID:-1}
 PACKAGES=(slurmctld slurmd slurm-client slurmdbd slurm-wlm-mysql-plugin munge mariadb-server)
 
 say() { printf '[slurm-up %(%T)T] %s\n' -1 "$*" >&2; }
@@ -81,6 +85,7 @@ HOST=$(hostname -s)
 NODE="CPUs=24 Boards=1 SocketsPerBoard=2 CoresPerSocket=12 ThreadsPerCore=1 RealMemory=256000"
 cat >"$S/etc/slurm.conf" <<CONF
 ClusterName=$CLUSTER
+FirstJobId=$FIRST_JOB_ID
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$NODE_PORT
