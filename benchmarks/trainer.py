@@ -10,7 +10,9 @@ from repeat to repeat (so that neither side always runs first):
 - the plain loop with airetrain's allocator settings for CPU training (GLIBC_TUNABLES): against the
   arm above, what is left is the loop's own cost.
 Each repeat's ratios against its plain run are the measurement; their median, mean and standard
-error state the noise. Goal: ratio >= 1.00.
+error state the noise. Goal: ratio >= 1.00. Two figures each: the whole loop, and the steps after
+the warm-up (the same number of steps on both sides; airetrain's `steady_samples_per_s`): what a
+step costs, without the one-off costs at the ends (the first steps, airetrain's last save).
 
 With --tracking, two arms instead: airetrain as above, and airetrain logging every line to W&B
 (offline, its files on the same disk) and MLflow (a SQLite store on the same disk), every
@@ -39,12 +41,12 @@ DATA = {"name": "synthetic", "samples": 4096, "shape": [1, 28, 28], "classes": 1
 PER_DEVICE, WORLD = 64, 2
 
 
-def plain(epochs: int, env: dict | None = None) -> float:
+def plain(epochs: int, env: dict | None = None) -> dict:
     cfg = {"model": MODEL, "data": DATA, "per_device": PER_DEVICE, "epochs": epochs}
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}",
                           str(REPO / "benchmarks" / "plain_ddp.py"), json.dumps(cfg)], check=True, capture_output=True,
                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}).stdout
-    return json.loads(out.strip().splitlines()[-1])["samples_per_s"]
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def ours(tmp: Path, epochs: int, optim: dict | None = None, tracking: dict | None = None, log_every: int = 20) -> float:
@@ -82,6 +84,7 @@ def last_record(tmp: Path) -> dict:
 
 
 PLAIN_TUNED = "plain loop + allocator settings"
+FIGURES = ("samples_per_s", "steady_samples_per_s")
 ARMS = {"plain DDP loop": None, "airetrain": {}, "airetrain, optim.fused: false": {"fused": False}, PLAIN_TUNED: None}
 
 
@@ -123,26 +126,35 @@ def main() -> None:
     if args.tracking:
         with tempfile.TemporaryDirectory() as tmp:
             return tracking_arms(Path(tmp), args.repeats, args.epochs, args.log_every)
-    rates: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    rates = {(arm, fig): [] for arm in ARMS for fig in FIGURES}
     names = list(ARMS)
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             order = names[r % len(names):] + names[:r % len(names)]
             for arm in order:
                 optim = ARMS[arm]
-                rates[arm].append(ours(Path(tmp), args.epochs, optim) if optim is not None else
-                                  plain(args.epochs, {"GLIBC_TUNABLES": CPU_MALLOC} if arm == PLAIN_TUNED else None))
-            print(f"  repeat {r}: " + ", ".join(f"{arm} {rates[arm][-1]:.0f}" for arm in names) + " samples/s")
+                if optim is not None:
+                    ours(Path(tmp), args.epochs, optim)
+                    got = last_record(Path(tmp))
+                else:
+                    got = plain(args.epochs, {"GLIBC_TUNABLES": CPU_MALLOC} if arm == PLAIN_TUNED else None)
+                for fig in FIGURES:
+                    rates[arm, fig].append(got[fig])
+            print(f"  repeat {r}: " + ", ".join(f"{arm} {rates[arm, FIGURES[0]][-1]:.0f} (steady "
+                                                f"{rates[arm, FIGURES[1]][-1]:.0f})" for arm in names) + " samples/s")
     print(f"model small_cnn(width 64) on 1x28x28, global batch {PER_DEVICE * WORLD}, {WORLD} ranks gloo, bf16, "
           f"{args.repeats} repeats of {args.epochs} epochs")
     for arm in names:
-        print(f"{arm:31s}: {statistics.median(rates[arm]):.0f} samples/s (median; "
-              f"{min(rates[arm]):.0f}-{max(rates[arm]):.0f})")
+        for fig in FIGURES:
+            got = rates[arm, fig]
+            print(f"{arm:31s} {fig:21s}: {statistics.median(got):.0f} samples/s "
+                  f"(median; {min(got):.0f}-{max(got):.0f})")
     pairs = [(arm, names[0]) for arm in names[1:]] + [("airetrain, optim.fused: false", PLAIN_TUNED)]
-    for arm, against in pairs:
-        ratios = [x / y for x, y in zip(rates[arm], rates[against])]   # each repeat's arms ran back to back
-        print(f"ratio {arm} / {against}: {stats(ratios)}; per repeat " + ", ".join(f"{x:.3f}" for x in ratios))
-
+    for fig in FIGURES:
+        for arm, against in pairs:
+            ratios = [x / y for x, y in zip(rates[arm, fig], rates[against, fig])]   # each repeat's arms back to back
+            print(f"{fig}: ratio {arm} / {against}: {stats(ratios)}; per repeat "
+                  + ", ".join(f"{x:.3f}" for x in ratios))
 
 if __name__ == "__main__":
     main()
