@@ -8,8 +8,8 @@ import sys
 # only what every command needs: each imports its own, so `airetrain report --jobs` starts in a few hundredths
 # of a second
 from .errors import ConfigError, NoSpaceError
-from .commands import (doctor, efficiency_report, node_check, pipeline_steps, planning, runs, setup, site, submit,
-                       tune_steps)
+from .commands import (doctor, efficiency_report, node_check, pipeline_steps, planning, runs, setup, site,
+                       step_profile, submit, tune_steps)
 
 
 class _Unbuilt:
@@ -48,8 +48,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = _OneCommand(parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands"),
                       command)
     # the user's commands first, in the order `airetrain --help` lists them; then the workflow's steps
-    for commands in (planning, submit, setup, doctor, runs, efficiency_report, site, pipeline_steps, tune_steps,
-                     node_check):
+    for commands in (planning, submit, setup, doctor, runs, efficiency_report, step_profile, site, pipeline_steps,
+                     tune_steps, node_check):
         commands.add_parsers(sub)
     return parser if sub.found or command is None else build_parser()
 

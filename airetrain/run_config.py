@@ -147,6 +147,15 @@ class EarlyStop(_Record):
 
 
 @dataclass(frozen=True)
+class Profile(_Record):
+    # defaults here, not in the schema: inside an option that is null by default (EarlyStop's note)
+    start_step: int = 10
+    steps: int = 5
+    ranks: list[int] | tuple[int, ...] = (0,)   # a list from a config, the default a tuple (immutable)
+    memory: bool = False
+
+
+@dataclass(frozen=True)
 class Train(_Record):
     epochs: int
     eval_every_epochs: int
@@ -157,6 +166,7 @@ class Train(_Record):
     log_every_steps: int
     hang_timeout_min: float
     tensorboard: bool
+    profile: Profile | None
     loss: str | None
     forward: str | None
     script: str | None

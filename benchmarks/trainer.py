@@ -14,11 +14,14 @@ error state the noise. Goal: ratio >= 1.00. Two figures each: the whole loop, an
 the warm-up (the same number of steps on both sides; airetrain's `steady_samples_per_s`): what a
 step costs, without the one-off costs at the ends (the first steps, airetrain's last save).
 
+With --profile STEPS, two arms instead: airetrain as above, and the same with a train.profile window of
+STEPS steps from step 10 (rank 0): the ratio is what a profile costs the whole run.
+
 With --tracking, two arms instead: airetrain as above, and airetrain logging every line to W&B
 (offline, its files on the same disk) and MLflow (a SQLite store on the same disk), every
 --log-every steps: the ratio is what tracking costs the training loop.
 
-    python benchmarks/trainer.py [--repeats 8] [--epochs 2] [--tracking --log-every 10]
+    python benchmarks/trainer.py [--repeats 8] [--epochs 2] [--tracking --log-every 10] [--profile 10]
 """
 from __future__ import annotations
 
@@ -49,7 +52,8 @@ def plain(epochs: int, env: dict | None = None) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def ours(tmp: Path, epochs: int, optim: dict | None = None, tracking: dict | None = None, log_every: int = 20) -> float:
+def ours(tmp: Path, epochs: int, optim: dict | None = None, tracking: dict | None = None, log_every: int = 20,
+         train: dict | None = None) -> float:
     from airetrain.plan.planner import plan_all
     from airetrain.roots import Root
     from airetrain.records import Plan, StageRecord, write_record
@@ -59,7 +63,7 @@ def ours(tmp: Path, epochs: int, optim: dict | None = None, tracking: dict | Non
               "runs": {"bench": {"processes": WORLD, "strategy": "ddp", "precision": "bf16", "model": MODEL,
                                  "data": {k: DATA[k] for k in ("name", "samples", "shape", "classes", "workers")},
                                  "batch": {"global": PER_DEVICE * WORLD, "per_device": PER_DEVICE},
-                                 "train": {"epochs": epochs, "log_every_steps": log_every},
+                                 "train": {"epochs": epochs, "log_every_steps": log_every, **(train or {})},
                                  "checkpoint": {"every_epochs": 1000}, "optim": optim or {},
                                  "tracking": tracking or {}}}}
     plan = plan_all(config, env={"HOME": "/nonexistent"})["bench"]
@@ -97,23 +101,29 @@ def stats(values: list[float]) -> str:
 def tracking_arms(tmp: Path, repeats: int, epochs: int, log_every: int) -> None:
     """airetrain with and without its trackers, back to back in a rotating order: the ratio per repeat."""
     trackers = {"wandb": {"project": "bench"}, "mlflow": {"tracking_uri": f"sqlite:///{tmp / 'scratch' / 'mlflow.db'}"}}
-    arms = {"airetrain": None, "airetrain + W&B offline + MLflow": trackers}
+    paired_arms(tmp, repeats, epochs, {"airetrain": {}, "airetrain + W&B offline + MLflow": {"tracking": trackers}},
+                log_every, f"a line every {log_every} steps")
+
+
+def paired_arms(tmp: Path, repeats: int, epochs: int, arms: dict[str, dict], log_every: int, what: str) -> None:
+    """Two arms of airetrain (ours()'s options each), back to back in a rotating order: the ratio per repeat."""
     names = list(arms)
     # the whole run (the trackers' start-up included: MLflow's import, W&B's service), and the steps
     # after the warm-up: what each logged step costs
     rates = {(arm, fig): [] for arm in names for fig in ("samples_per_s", "steady_samples_per_s")}
     for r in range(repeats):
         for arm in names[r % 2:] + names[:r % 2]:
-            rates[arm, "samples_per_s"].append(ours(tmp, epochs, tracking=arms[arm], log_every=log_every))
+            rates[arm, "samples_per_s"].append(ours(tmp, epochs, log_every=log_every, **arms[arm]))
             rates[arm, "steady_samples_per_s"].append(last_record(tmp)["steady_samples_per_s"])
         print(f"  repeat {r}: " + ", ".join(f"{arm} {rates[arm, 'samples_per_s'][-1]:.0f} "
                                             f"(steady {rates[arm, 'steady_samples_per_s'][-1]:.0f})" for arm in names)
               + " samples/s")
     steps = epochs * DATA["samples"] // (PER_DEVICE * WORLD)
-    print(f"{repeats} repeats of {epochs} epochs ({steps} steps, a line every {log_every} steps)")
+    print(f"{repeats} repeats of {epochs} epochs ({steps} steps, {what})")
     for fig in ("samples_per_s", "steady_samples_per_s"):
         ratios = [x / y for x, y in zip(rates[names[1], fig], rates[names[0], fig])]
-        print(f"ratio tracked / untracked, {fig}: {stats(ratios)}; per repeat " + ", ".join(f"{x:.3f}" for x in ratios))
+        print(f"ratio {names[1]} / {names[0]}, {fig}: {stats(ratios)}; per repeat "
+              + ", ".join(f"{x:.3f}" for x in ratios))
 
 
 def main() -> None:
@@ -122,10 +132,18 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--tracking", action="store_true", help="airetrain with and without W&B and MLflow")
     p.add_argument("--log-every", type=int, default=10, help="with --tracking: train.log_every_steps")
+    p.add_argument("--profile", type=int, metavar="STEPS", help="airetrain with and without a train.profile window "
+                                                                "of STEPS steps from step 10")
     args = p.parse_args()
     if args.tracking:
         with tempfile.TemporaryDirectory() as tmp:
             return tracking_arms(Path(tmp), args.repeats, args.epochs, args.log_every)
+    if args.profile:
+        window = {"profile": {"start_step": 10, "steps": args.profile}}
+        with tempfile.TemporaryDirectory() as tmp:
+            return paired_arms(Path(tmp), args.repeats, args.epochs,
+                               {"airetrain": {}, "airetrain, profiled": {"train": window}}, 20,
+                               f"a window of {args.profile} steps profiled")
     rates = {(arm, fig): [] for arm in ARMS for fig in FIGURES}
     names = list(ARMS)
     with tempfile.TemporaryDirectory() as tmp:

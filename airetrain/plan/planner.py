@@ -60,6 +60,7 @@ def plan_run(name: str, run: RunConfig, settings: Settings, scratch: Root, env=N
     warnings = refusals.dataset(name, run, site, dataset, size, problems)
     account = refusals.account(name, run, env, problems)
     warnings += refusals.trainer(name, run, device, problems)
+    refusals.profile(name, run, nodes * nproc, problems)
     warnings += refusals.tracking(name, run, site, problems)
     search.refusals(name, run, settings, problems)
     script = refusals.script(name, run, problems)

@@ -92,6 +92,19 @@ def trainer(name: str, run: RunConfig, device: str, problems: list[str]) -> list
     return _trainer_warnings(name, run, device)
 
 
+def profile(name: str, run: RunConfig, world: int, problems: list[str]) -> None:
+    """train.profile: the built-in trainer's, on ranks the run has."""
+    cfg = run.train.profile
+    if cfg is None:
+        return
+    if run.train.script:
+        problems.append(f"runs.{name}.train.profile is the built-in trainer's; a train.script can run "
+                        "torch.profiler itself: remove it")
+    if missing := sorted(r for r in set(cfg.ranks) if r >= world):
+        problems.append(f"runs.{name}.train.profile.ranks: {', '.join(map(str, missing))} not among the run's "
+                        f"{world} ranks (0-{world - 1})")
+
+
 def _monitored(name: str, run: RunConfig, problems: list[str]) -> None:
     """checkpoint.monitor and tune.metric name a figure the run's evaluation reports, where that is known (a
     built-in model and loss): a wrong one would fail inside the job, after the queue and the first epoch."""

@@ -9,6 +9,7 @@
     deadline      the deadline stop: the job's end, or SIGTERM
     watchdog      hangs: stacks dumped, the group restarted
     stragglers    each rank's own compute time, gathered: the slow ranks named, their nodes left out
+    profiler      train.profile: a window of steps under torch.profiler, and where its time went
     links         the all-reduce bandwidth between the ranks, measured as training starts
     progress      log lines and metrics.jsonl        curves        TensorBoard curves
     summary       train.json                          efficiency    FLOPs, MFU, NVML

@@ -37,6 +37,7 @@ from .progress import Progress
 from .session import Session
 from .step import train_step
 from .links import allreduce_bandwidth
+from .profiler import NotProfiled, StepProfiler
 from .stragglers import Stragglers
 from .watchdog import Off, Watchdog
 
@@ -64,6 +65,7 @@ class Trainer:
     watchdog: Watchdog | Off        # hangs: every rank's heartbeat
     gpu: efficiency.GpuSampler      # this rank's GPU use, sampled while it trains
     stragglers: Stragglers          # each rank's own compute time, gathered at each log line
+    profiler: StepProfiler | NotProfiled   # train.profile's window of steps, on the ranks it names
     health: dict                    # train.json's health: the node check's seconds, the links' bandwidth
     tracker: Sender | None          # rank 0: W&B and MLflow, sent from a thread (tracking.trackers)
     hosts: list[str]                # every rank's host
@@ -100,8 +102,10 @@ def train(t: Trainer) -> str | None:
         t.progress.new_epoch()
         while s.position.step_in_epoch < per_epoch:
             t0 = time.perf_counter()
+            t.profiler.before(s.position.step + 1)
             loss, wait_s, norm = train_step(s, batches, t.progress.logs(s.position.step + 1), t.stragglers.timer)
             s.position = s.position.stepped()
+            t.profiler.after(s.position.step, wait_s)
             t.stragglers.step_done()
             if t.progress.logs(s.position.step):   # the ranks' compute times, before the log line that shows them
                 t.stragglers.interval(s.position.step)
@@ -183,7 +187,8 @@ def set_up(plan: Plan, staged: StageRecord, out: Path) -> Trainer:
         if d.is_main else None
     progress = progress_of(s, gpu, stragglers, out, tracker)
     return Trainer(s, ckpt, Stopper(d.is_main, 60 * plan.config.checkpoint.stop_margin_min),
-                   Evaluator(s, progress, hang.beat), progress, hang, gpu, stragglers, health, tracker, hosts, out)
+                   Evaluator(s, progress, hang.beat), progress, hang, gpu, stragglers,
+                   StepProfiler.of(plan, d.rank, d.device, out), health, tracker, hosts, out)
 
 
 def preflight_seconds(out: Path) -> float | None:
@@ -222,6 +227,7 @@ def finish(t: Trainer, stopped: str | None) -> None:
     t.deadline.close()
     # throughput counts the training steps and the save stalls, not the last write's background tail
     train_s = efficiency.now(t.session.d.device) - t.progress.t_start
+    t.profiler.close()
     saved = t.checkpointer.finish()
     final_wait_s = efficiency.now(t.session.d.device) - t.progress.t_start - train_s
     if stopped:

@@ -187,3 +187,14 @@ def test_a_gpus_share_of_cores_and_memory_follows_the_sites_facts():
     a100 = {"gpus_per_node": 4, "gpu_type": "a100", "cores_per_node": 24, "mem_gb_per_node": 250}
     other = plan({"gpus": 8, "batch": {"global": 256}}, site=a100)
     assert (other.nodes, other.cpus_per_rank, other.cpus_per_node, other.mem_gb_per_node) == (2, 6, 24, 240)
+
+
+def test_a_profile_on_ranks_the_run_lacks_or_of_a_script_is_refused_and_a_wrong_key_named():
+    cpu = {"device": "cpu", "processes": 2, "data": {"name": "synthetic"}}
+    assert plan({**cpu, "train": {"profile": {"ranks": [1]}}}).config.train.profile.ranks == [1]
+    msg = refused({**cpu, "train": {"profile": {"ranks": [0, 2, 3]}}})
+    assert "runs.r.train.profile.ranks: 2, 3 not among the run's 2 ranks (0-1)" in msg
+    msg = refused({**cpu, "train": {"script": "train.py", "profile": {}}})
+    assert "runs.r.train.profile is the built-in trainer's" in msg
+    msg = refused({**cpu, "train": {"profile": {"step": 3}}})
+    assert "step" in msg and "start_step" in msg
