@@ -30,9 +30,10 @@ def main():
     loader = DataLoader(dataset, batch_size=cfg["per_device"], sampler=sampler, drop_last=True)
     model = DDP(build_model(cfg["model"], dataset.meta))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    steps, steady_from = 0, None
+    steps = 0
     warmup = warmup_steps(cfg["epochs"] * len(loader))   # the steps airetrain's steady state leaves out
     start = time.perf_counter()
+    steady_from = start if warmup == 0 else None
     for epoch in range(cfg["epochs"]):
         sampler.set_epoch(epoch)
         for x, y in loader:
@@ -48,7 +49,8 @@ def main():
     if rank == 0:
         batch = cfg["per_device"] * world
         print(json.dumps({"samples_per_s": steps * batch / (end - start), "steps": steps,
-                          "steady_samples_per_s": (steps - warmup) * batch / (end - steady_from)}))
+                          "steady_samples_per_s": (steps - warmup) * batch / (end - steady_from)
+                          if steady_from is not None and steps > warmup else None}))
     dist.destroy_process_group()
 
 

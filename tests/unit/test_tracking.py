@@ -214,6 +214,7 @@ def test_two_sessions_of_a_w_and_b_run_in_one_second_keep_both_histories(tmp_pat
         sink.open()
         sink.log(step, {"train/loss": 1.0 / step})
         sink.close()
+    wandb_in_this_process.teardown()   # W&B's service ended: every file it writes is whole
     assert all((path / f"run-{run_id}.wandb").read_bytes() == earlier for path in taken)
     ours = [f for f in wandb_files.sessions(folder, run_id) if f.parent not in taken]
     assert [[row["_step"] for row in wandb_files.history(f)] for f in ours] == [[1], [2]]
