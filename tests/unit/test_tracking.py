@@ -173,10 +173,11 @@ def test_w_and_b_offline_files_are_read_back_and_a_torn_one_up_to_its_last_whole
     script.write_text(SESSION)
     for first, last in ((1, 40), (41, 60)):
         # W&B names a session's folder by the second it started: two sessions of a run start in two seconds,
-        # as a job's requeued sessions do (two in one second would share a folder)
-        began = int(time.time())
+        # as a job's requeued sessions do (two in one second would share a folder). This script is W&B alone,
+        # without the sink's wait: the next session starts in a second after this one ended.
         run([sys.executable, str(script), str(tmp_path), str(first), str(last)], env={"WANDB_SILENT": "true"})
-        while int(time.time()) == began:
+        ended = int(time.time())
+        while int(time.time()) == ended:
             time.sleep(0.05)
     folder = tmp_path / "wandb"
     files = wandb_files.sessions(folder, "r-0001")
