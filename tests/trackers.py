@@ -60,10 +60,9 @@ def histories(client, run_id: str) -> dict[str, list[tuple[int, float]]]:
 def wandb_sessions(scratch: Path, run: str) -> dict[str, list[list[dict]]]:
     """{W&B run id: each offline session's history rows, oldest first} of an airetrain run."""
     from airetrain.tracking import wandb_files
-    from airetrain.tracking.wandb_files import SESSION
 
     folder = scratch / "airetrain" / run / "tracking" / "wandb" / "wandb"
-    ids = sorted({SESSION.match(p.name)["id"] for p in folder.glob("offline-run-*")})
+    ids = sorted({wandb_files.run_id_of(p) for p in folder.glob("offline-run-*")} - {None})
     return {i: [wandb_files.history(p) for p in wandb_files.sessions(folder, i)] for i in ids}
 
 

@@ -19,7 +19,9 @@ from pathlib import Path
 BLOCK = 32 * 1024
 HEADER = 7            # the file's W&B header, and each record's
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-SESSION = re.compile(r"^offline-run-\d{8}_\d{6}-(?P<id>[A-Za-z0-9_-]+)$")   # a session's folder, and its run id
+# a session's folder: offline-run-<time>-<run id>, and where a session of the run already started in that second,
+# W&B's -<n> after it (a run id may hold dashes too: the id is the one of the run-<id>.wandb file inside)
+SESSION = re.compile(r"^offline-run-(?P<time>\d{8}_\d{6})-(?P<rest>[A-Za-z0-9_-]+)$")
 
 
 def raw_records(path: Path):
@@ -66,14 +68,25 @@ def records(path: Path):
 
 def sessions(wandb_dir: Path, run_id: str) -> list[Path]:
     """A run's offline session files under a W&B folder (WANDB_DIR/wandb), oldest first."""
-    folders = (p for p in Path(wandb_dir).glob("offline-run-*") if (m := SESSION.match(p.name)) and m["id"] == run_id)
-    return sorted(f / f"run-{run_id}.wandb" for f in folders if (f / f"run-{run_id}.wandb").exists())
+    found = []
+    for folder in Path(wandb_dir).glob("offline-run-*"):
+        m = SESSION.match(folder.name)
+        file = folder / f"run-{run_id}.wandb"
+        if m and (m["rest"] == run_id or m["rest"].startswith(f"{run_id}-")) and file.exists():
+            suffix = m["rest"][len(run_id) + 1:]
+            found.append(((m["time"], int(suffix) if suffix.isdigit() else 0), file))
+    return [file for _, file in sorted(found)]
+
+
+def run_id_of(folder: Path) -> str | None:
+    """The run id of a session's folder: its run-<id>.wandb file's."""
+    return next((f.name[4:-6] for f in Path(folder).glob("run-*.wandb")), None)
 
 
 def await_own_folder(wandb_dir: Path, run_id: str) -> None:
     """Returns in a second no session of run_id started in. W&B names an offline session's folder by the
-    (local) second it starts: a second session of the run in that second would share the folder and write
-    over the first's file, its history lost. Waits a second at most."""
+    (local) second it starts, and a second session in that second gets the name with -1 after it: each
+    session's folder then says plainly when it started, in order. Waits a second at most."""
     while (Path(wandb_dir) / f"offline-run-{time.strftime('%Y%m%d_%H%M%S')}-{run_id}").exists():
         time.sleep(0.05)
 

@@ -181,7 +181,12 @@ def test_w_and_b_offline_files_are_read_back_and_a_torn_one_up_to_its_last_whole
             time.sleep(0.05)
     folder = tmp_path / "wandb"
     files = wandb_files.sessions(folder, "r-0001")
-    assert len(files) == 2
+    assert len(files) == 2 and [wandb_files.run_id_of(f.parent) for f in files] == ["r-0001", "r-0001"]
+    # a session that started in the second of another of its run gets W&B's folder name with -1 after it
+    again = folder / f"{files[0].parent.name}-1"
+    shutil.copytree(files[1].parent, again)
+    assert wandb_files.sessions(folder, "r-0001") == [files[0], again / files[0].name, files[1]]
+    shutil.rmtree(again)
     rows = [wandb_files.history(f) for f in files]
     assert [r["_step"] for r in rows[0]] == list(range(1, 41)) and rows[1][-1] == {**rows[1][-1], "_step": 60}
     assert rows[0][9]["train/loss"] == 1 / 10
