@@ -235,6 +235,9 @@ class TrainRecord(TypedDict):
                                   "one rank), rank_step_s (each rank's median compute seconds per step over the log "
                                   "intervals), rank_hosts (each rank's host) and stragglers (rank, host, ratio to the "
                                   "median, the step it was named at)"]]
+    batch_changes: NotRequired[Doc[list, "each time the run ran out of GPU memory and went on with a smaller batch: "
+                                         "the step, from_per_device and from_grad_accum, per_device and grad_accum "
+                                         "after it, the global batch (held), why, the rank and SLURM job"]]
     tracking: NotRequired[Doc[dict, "each tracker the run logs to (wandb, mlflow): its run's ids (W&B id, project, "
                                     "mode; MLflow run_id, experiment, url), and this session's figures logged, skipped "
                                     "(the tracker held them already: a resumed session's repeat) and lost, with "

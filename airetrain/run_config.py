@@ -204,6 +204,11 @@ class Code(_Record):
 
 
 @dataclass(frozen=True)
+class Retry(_Record):
+    oom: int
+
+
+@dataclass(frozen=True)
 class Slurm(_Record):
     partition: str
     account: str | None
@@ -298,6 +303,7 @@ class RunConfig(_Record):
     checkpoint: Checkpoint
     health: Health
     code: Code
+    retry: Retry
     slurm: Slurm
     tracking: Tracking
     params: dict           # a script's own values (job.params()): a sweep's or a search's params.<name>

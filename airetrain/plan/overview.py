@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from ..environment import gives_batch
 from ..records import Plan
+from ..rundir.batch_changes import changes, with_changes
+from ..rundir.memory_raises import raises
 from ..text import aligned
 
 
@@ -20,7 +22,12 @@ def format_table(plans: dict[str, Plan]) -> str:
     measured = [f"{name}: resources measured, from {p.right_sized['from']}: " + "; ".join(
         f"{key} {_value(req['value'])} ({req['how']})" for key, req in p.right_sized.items()
         if isinstance(req, dict)) for name, p in plans.items() if p.right_sized]
-    return "\n".join([*aligned([header, *rows], rule=True), *measured])
+    raised = [f"{name}: asks for {r[-1]['mem_mb'] / 1024:g}G a node, not {p.mem_gb_per_node:g}G: job {r[-1]['job']} "
+              "ran out of host memory (retry.oom)" for name, p in plans.items() if (r := raises(p.durable_dir))]
+    changed = [f"{name}: trains with per_device {b.per_device} x accumulation {b.grad_accum}: out of GPU memory at "
+               f"step {c[-1]['step']}" for name, p in plans.items()
+               if (c := changes(p.durable_dir)) and (b := with_changes(p).batch) != p.batch]
+    return "\n".join([*aligned([header, *rows], rule=True), *measured, *raised, *changed])
 
 
 def _batch(p: Plan) -> str:

@@ -87,13 +87,16 @@ def advise(row: dict) -> list[str]:
     tips = []
     state = row.get("job_state") or ""
     wait = _num(row, "data_wait_frac")
+    tips += [f"out of GPU memory at {change}" for change in row.get("batch_changes") or []]
+    tips += row.get("out_of_memory") or []
     if state == "OUT_OF_MEMORY":
         tips.append(f"ran out of memory with {row.get('mem_alloc_mb', 0):.0f} MB: ask for more memory "
                     "(mem_gb_per_rank), or lower batch.per_device")
     if state == "TIMEOUT":
         tips.append(f"hit its time limit after {row.get('elapsed_s', 0) / 60:.0f} min: raise time_min.train, "
                     "or keep checkpoint.requeue on so it continues from its checkpoint")
-    finished = state in ("COMPLETED", "")
+    # a run that ran out of memory and never finished: its last figures say nothing of what it needs
+    finished = state == "COMPLETED" or (state == "" and not row.get("out_of_memory"))
     if state == "COMPLETED" and row.get("source") == "sacct" and not _num(row, "mem_used_mb"):
         tips.append("memory: accounting recorded no memory figure for this job (no MaxRSS or TRES usage), "
                     "so there is nothing to size --mem from: keep the request as it is")

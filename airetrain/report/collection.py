@@ -18,6 +18,7 @@ from .. import sizing
 from ..fsutil import read_json
 from ..rundir.history import entry, of_profile
 from ..records import STOPPED, Plan, read_plan
+from ..rundir import batch_changes, memory_raises
 from ..rundir.run_log import hangs, left_out, straggler_text
 from .jobs import Job, lookup, parse
 from .query import UNAVAILABLE, AccountingUnavailable, Started, query
@@ -171,6 +172,8 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
     row.update(_stage_figures(run_dir, row.get("elapsed_s")))
     if plan:
         row["hangs"] = len(hangs(plan.durable_dir))
+        row["out_of_memory"] = [memory_raises.described(j) for j in memory_raises.judged(plan.durable_dir)
+                                if j["state"] == "OUT_OF_MEMORY"] or None
         row.update(health_figures(plan, train))
     if plan and plan.right_sized:
         row["learned_from"] = plan.right_sized["from"]
@@ -195,6 +198,7 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
         if train.get("gpu_mem_peak_bytes"):
             row["gpu_mem_peak_mb"] = round(train["gpu_mem_peak_bytes"] / 2 ** 20, 1)
         row["memory_estimate"] = train.get("memory_estimate")
+        row["batch_changes"] = [batch_changes.described(c) for c in train.get("batch_changes", [])] or None
         row["gpu_energy_j"] = train.get("gpu_energy_j")   # NVML's: the energy's source where SLURM measures none
         row["gpu_type"] = train.get("gpu_name") or row.get("gpu_type")   # CUDA's name, else SLURM's gres type
         row["tracking_lost"] = {name: {"lost": t["lost"], "error": t["error"]}

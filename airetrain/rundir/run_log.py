@@ -135,6 +135,7 @@ def left_out(run_dir: str | Path) -> dict[str, str]:
 LAUNCH_ID = "AIRETRAIN_LAUNCH_ID"   # set by the launch for its ranks: the watchdog counts hangs per launch
 TRAINED = "train.json"              # the finished run's record, kept on scratch beside its checkpoints
 LOCK = "trainer.lock"               # in the durable run directory: who trains the run (train/launcher/lock.py)
+LOCK_LOG = "lock.log"               # beside it: every launch that took it, and what it waited for
 
 
 def hangs(run_dir: str | Path, launch: str | None = None) -> list[dict]:

@@ -8,6 +8,7 @@
     monitor       the best evaluation so far, and early stopping
     deadline      the deadline stop: the job's end, or SIGTERM
     watchdog      hangs: stacks dumped, the group restarted
+    batch_fit     out of GPU memory: half the per-device batch, twice the accumulation, the global batch held
     stragglers    each rank's own compute time, gathered: the slow ranks named, their nodes left out
     profiler      train.profile: a window of steps under torch.profiler, and where its time went
     links         the all-reduce bandwidth between the ranks, measured as training starts

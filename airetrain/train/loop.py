@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..rundir import run_log
+from ..rundir import batch_changes, run_log
 from ..cluster import slurm
 from ..cluster.hardware import NATIVE_BF16_FLAGS, cpu_bf16_native
 from ..checkpoint.manager import Checkpointer
@@ -26,7 +26,7 @@ from ..records import STOPPED, HealthRecord, Plan, StageRecord, StopRecord, Trai
 from ..rundir.run_log import trained_record_path
 from ..tracking import trackers
 from ..tracking.sender import Sender
-from . import efficiency, finetune, session, summary, watchdog
+from . import batch_fit, efficiency, finetune, session, summary, watchdog
 from .curves import Curves
 from .deadline import Stopper
 from .evaluate import Evaluator
@@ -82,8 +82,13 @@ def parse_args(argv=None):
 
 def main(argv=None) -> Trained:
     args = parse_args(argv)
-    t = set_up(read_record(args.plan, Plan), read_record(args.stage, StageRecord), Path(args.out))
-    stopped = train(t)
+    plan = batch_changes.with_changes(read_record(args.plan, Plan))   # what earlier sessions out of GPU memory left
+    t = None
+    try:
+        t = set_up(plan, read_record(args.stage, StageRecord), Path(args.out))
+        stopped = train(t)
+    except torch.OutOfMemoryError as e:   # on any device: this rank ends, the next session takes a smaller batch
+        batch_fit.fit_smaller(plan, t.session.position.step + 1 if t else 0, e)
     finish(t, stopped)
     # Every rank is done and every file is written. The process group is not destroyed here:
     # tearing gloo down has deadlocked on the GIL (its worker thread freeing a finished

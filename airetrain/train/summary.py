@@ -10,6 +10,7 @@ import torch
 from ..cluster import slurm
 from ..checkpoint.manager import Checkpointer
 from ..records import TrainRecord
+from ..rundir import batch_changes
 from . import efficiency
 from .parallel import process_group
 from .progress import Progress
@@ -93,15 +94,14 @@ def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end:
     """What rank 0 writes to train.json, for the session s (train/session.py). progress: this
     session's steps, seconds and last loss; checkpoints: the checkpointer (its final checkpoint and
     the stall of each save)."""
-    plan, meta, figures = s.plan, s.data.meta, end.figures
-    steps, batch, world, train_s = progress.steps, plan.batch, plan.world_size, end.train_s
-    peak_flops = efficiency.peak_flops(s.d.device)
+    plan, meta, figures, steps, train_s = s.plan, s.data.meta, end.figures, progress.steps, end.train_s
+    batch, world, peak_flops = plan.batch, plan.world_size, efficiency.peak_flops(s.d.device)
     flops_per_step = s.flops_per_micro * batch.grad_accum * world          # the whole job, one optimizer step
     achieved = flops_per_step * steps / train_s if steps else None
     mfu = achieved / (peak_flops * world) if achieved and peak_flops else None
     samples = steps * batch.global_
     steady = _steady(progress, train_s, batch.global_, meta, flops_per_step, peak_flops, world)
-    stalls = checkpoints.stalls
+    stalls, changed = checkpoints.stalls, batch_changes.changes(plan.durable_dir)
     return TrainRecord(
         run=plan.run, world_size=world, nodes=plan.nodes, strategy=plan.strategy,
         precision=plan.precision, device=plan.device,
@@ -148,4 +148,5 @@ def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end:
         checkpoint_final_wait_s=round(end.final_wait_s, 3),
         **({"tracking": end.tracking} if end.tracking else {}),
         **({"health": end.health} if end.health else {}),
+        **({"batch_changes": changed} if changed else {}),
     )

@@ -8,7 +8,7 @@ from airetrain.rundir.history import everything
 from airetrain.sizing import MEM_HEADROOM, TIME_HEADROOM
 from airetrain.cluster.units import size_mb
 
-from conftest import read_json, slurm_state, write_config
+from conftest import BIN, read_json, run, slurm_state, write_config
 from test_slurm import sacct_jobs, slurm_snakemake, unique
 
 pytestmark = pytest.mark.slurm
@@ -51,3 +51,89 @@ def test_a_right_sized_run_asks_for_what_the_first_used_and_it_suffices(slurm_cl
     sized = next(line for line in page.splitlines() if line.startswith("- **sized**: used MemEff"))
     assert f"learned from job {measured['job_id']} of first: MemEff" in sized
     assert f"MemEff {float(rows['sized']['mem_eff']):.1%}" in sized
+
+
+HOG = '''
+import os
+from pathlib import Path
+
+import torch
+
+from airetrain.train.models import build_model
+
+HELD = []
+
+
+def hog(meta, cfg):
+    """small_cnn whose process takes `mb` MB more of host memory at its `after`-th training forward pass, and
+    keeps it; each training forward pass appends a byte to forwards-<tag>-<SLURM job>."""
+    model = build_model({**cfg, "name": "small_cnn"}, meta)
+    plain, options, seen = model.forward, cfg["options"], [0]
+
+    def forward(x):
+        if model.training and torch.is_grad_enabled():
+            seen[0] += 1
+            with open(Path(options["log"]) / f"forwards-{options['tag']}-{os.environ['SLURM_JOB_ID']}", "ab") as f:
+                f.write(b".")
+            if seen[0] == options["after"]:
+                HELD.append(torch.ones(options["mb"] * 2 ** 18))   # float32: 4 bytes, every page touched
+        return plain(x)
+
+    model.forward = forward
+    return model
+'''
+
+
+def test_a_run_out_of_host_memory_asks_for_more_and_resumes_and_retry_oom_0_leaves_it_failed(slurm_cluster,
+                                                                                            tmp_path):
+    """Two runs whose training process takes 1.5 GB more, after 13 of their 66 steps, than their 2 GB allow:
+    SLURM ends the step OUT_OF_MEMORY (twice a job: torchrun restarts it once, from its checkpoint). `hog`
+    (retry.oom: 1) is submitted again asking for 4 GB, resumes from its checkpoint and finishes; `held`
+    (retry.oom: 0) is submitted again as it was, runs out again, and is left failed, the figure in the advice.
+    Which job trained which run is the model's own record; what each asked for and how it ended, sacct's."""
+    work, log = tmp_path, tmp_path / "log"
+    log.mkdir()
+    (work / "hoglab.py").write_text(HOG)
+
+    def run_cfg(tag, **more):
+        return {"gpus": 0, "processes": 1, "mem_gb_per_rank": 2, "slurm": {"partition": "standard"},
+                "precision": "fp32", "data": {"workers": 0}, "train": {"epochs": 3}, "checkpoint": {"every_steps": 2},
+                "model": {"name": "hoglab:hog", "options": {"log": str(log), "tag": tag, "mb": 1536, "after": 26}},
+                **more}
+    env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
+    cfg = write_config(work / "config.yaml", {"roots": {"scratch": str(work / "scratch")}, "runs": {
+        "hog": run_cfg("hog"), "held": run_cfg("held", retry={"oom": 0})}})
+    proc = slurm_snakemake(work, cfg, env, "--jobs", "2", "--keep-going", check=False)
+    assert proc.returncode != 0, proc.stderr[-3000:]   # held failed
+    forwards = {}   # {run: {job: training forward passes}}
+    for path in log.iterdir():
+        _, tag, job = path.name.split("-")
+        forwards.setdefault(tag, {})[job] = path.stat().st_size
+    accounting = run(["sacct", "-n", "-P", "-o", "JobID,State,ReqMem", "-j",
+                      ",".join(j for jobs in forwards.values() for j in jobs)], env=env).stdout
+    state, asked, step_oom = {}, {}, set()
+    for line in accounting.splitlines():
+        job_id, job_state, req = line.split("|")
+        if "." not in job_id:
+            state[job_id], asked[job_id] = job_state, size_mb(req)
+        elif job_state == "OUT_OF_MEMORY":
+            step_oom.add(job_id.split(".")[0])
+    first, second = sorted(forwards["hog"], key=int)
+    assert first in step_oom and asked[first] == 2048 and state[first] != "COMPLETED", accounting
+    assert second not in step_oom and asked[second] == 4096 and state[second] == "COMPLETED", accounting
+    trained = read_json(work / "results/hog/train.json")
+    assert trained["steps"] == 66 and trained["slurm_job_id"] == second
+    # the second job resumed: fewer forward passes than the whole run's 132 (2 a step), and together more
+    assert forwards["hog"][second] < 2 * 66 < forwards["hog"][first] + forwards["hog"][second]
+    held = sorted(forwards["held"], key=int)
+    assert len(held) == 2 and all(j in step_oom and asked[j] == 2048 for j in held), accounting
+    assert not (work / "results/held/train.json").exists()
+
+    run([str(BIN / "airetrain"), "report", "--results", "results", "--out", "report", "hog", "held"], env=env,
+        cwd=work)
+    rows = {r["run"]: r for r in __import__("csv").DictReader(open(work / "report/efficiency.csv"))}
+    assert f"job {first} ran out of host memory with 2.0 GB" in rows["hog"]["advice"]
+    assert "the run asked for 4 GB from its next job on" in rows["hog"]["advice"]
+    assert f"job {held[0]} ran out of host memory with 2.0 GB" in rows["held"]["advice"]
+    assert "not retried with more: retry.oom = 0" in rows["held"]["advice"]
+    assert "would do" not in rows["held"]["advice"]   # no smaller request for a run that ran out

@@ -23,7 +23,7 @@ from ...environment import with_user_settings
 from ...records import STOPPED, Plan, StopRecord, read_record
 from ...rundir.run_log import LAUNCH_ID, hangs, record_health, record_stop
 from ...cluster.slurm import job_restarts, requeue, requeue_without, srun_per_node
-from ...rundir import capture, metrics_log
+from ...rundir import batch_changes, capture, metrics_log
 from .lock import RunLock
 
 
@@ -131,12 +131,19 @@ def run(plan: Plan, script: str, script_args: list[str], out: str, extra_env: di
         marker.unlink(missing_ok=True)
         # the metrics of earlier sessions, where Snakemake removed them before it ran the job again
         metrics_log.restore(metrics_log.durable_path(plan.durable_dir), Path(out) / metrics_log.NAME)
-        print("launch:", shlex.join(cmd), flush=True)
-        child = subprocess.Popen(cmd, env=env)
         in_slurm = bool(env.get("SLURM_JOB_ID"))
-        signal.signal(signal.SIGTERM, signal.SIG_IGN if in_slurm else lambda *_: child.send_signal(signal.SIGTERM))
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal's Ctrl-C reaches torchrun itself
-        code = child.wait()
+        while True:
+            fits = len(batch_changes.changes(plan.durable_dir))
+            print("launch:", shlex.join(cmd), flush=True)
+            child = subprocess.Popen(cmd, env=env)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN if in_slurm else lambda *_: child.send_signal(signal.SIGTERM))
+            code = child.wait()
+            # out of GPU memory past torchrun's restarts: again, with the smaller batch a rank recorded
+            if code == 0 or len(batch_changes.changes(plan.durable_dir)) == fits or marker.exists():
+                break
+            change = batch_changes.described(batch_changes.changes(plan.durable_dir)[-1])
+            print(f"the run ran out of GPU memory ({change}): launching it again", flush=True)
         if after_exit:
             after_exit()
     finally:

@@ -19,10 +19,9 @@ import socket
 import time
 from pathlib import Path
 
-from ...rundir.run_log import LOCK
+from ...rundir.run_log import LOCK, LOCK_LOG as LOG
 from ...cluster.slurm import job_alive
 
-LOG = "lock.log"
 POLL_S = 10.0
 
 

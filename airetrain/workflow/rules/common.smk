@@ -19,6 +19,7 @@ if os.path.exists(os.path.join(PACKAGE_PARENT, "pyproject.toml")):
 from airetrain.errors import ConfigError
 from airetrain.plan.step_commands import command, run_paths
 from airetrain.plan.interpreter import rule_python
+from airetrain.rundir.memory_raises import request_mb as memory_request_mb
 from airetrain.plan.planner import datasets_to_prepare, plan_workflow
 from airetrain.plan.overview import format_table
 from airetrain.profiles import account_problem, unquoted
@@ -74,6 +75,23 @@ def get_final_outputs():
 def slurm(wildcards, key):
     """A SLURM resource of the run, from its plan."""
     return getattr(PLANS[wildcards.run].slurm, key)
+
+
+def train_mem_mb(wildcards, attempt):
+    """The run's memory per node: its plan's, or more where a job of it ran out (rundir/memory_raises.py)."""
+    return memory_request_mb(PLANS[wildcards.run], PLANS.settings.site, attempt)
+
+
+def train_retries():
+    """Snakemake's resubmissions of a failed train job on a cluster: --retries, at least one for a stop SLURM
+    would not requeue (exit 75), and as many as any run's retry.oom (a rule's own retries override --retries).
+    None leaves --retries as it is: run locally, where neither applies, and inside a job, where Snakemake
+    gives --retries 0 (the main process resubmits; a retry there would repeat the run in the allocation
+    that failed it)."""
+    if not workflow.is_main_process or workflow.local_exec:
+        return None
+    asked = getattr(workflow.execution_settings, "retries", 0) or 0
+    return max([asked, 1, *(plan.config.retry.oom for plan in PLANS.values())])
 
 
 def get_health(wildcards):

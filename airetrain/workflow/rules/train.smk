@@ -15,13 +15,14 @@ rule train:
     group:
         "run_{run}"
     threads: lambda w: PLANS[w.run].cpus_per_node
+    retries: train_retries()
     resources:
         runtime=minutes("train"),
         nodes=lambda w: slurm(w, "nodes"),
         tasks=lambda w: slurm(w, "tasks"),
         tasks_per_gpu=0,
         cpus_per_task=lambda w: slurm(w, "cpus_per_task"),
-        mem_mb=lambda w: slurm(w, "mem_mb"),
+        mem_mb=train_mem_mb,
         gres=lambda w: slurm(w, "gres") or "",
         slurm_partition=partition,
         slurm_account=account,
