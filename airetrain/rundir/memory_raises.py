@@ -113,6 +113,22 @@ def raised(plan: Plan, site: Site, current: int, facts: dict, so_far: int) -> di
     return {"mem_mb": min(wanted, ceiling)}
 
 
+def not_again(plan: Plan, job_id: str | None) -> str | None:
+    """Why this job should not train the run (None: it should): the run's last job ran out of host memory,
+    it was given no more (retry.oom, or the node's memory), and this job has no more than that one had, so
+    it would run out again after the same training."""
+    done = judged(plan.durable_dir)
+    if not job_id or not done or not done[-1].get("refused"):
+        return None
+    if done[-1]["refused"].startswith("retry.oom") and len(raises(plan.durable_dir)) < plan.config.retry.oom:
+        return None   # retry.oom was raised since: this job may train, and a later one be given more
+    has = size_mb(slurm.job_fields(job_id).get("MinMemoryNode"))
+    if not has or has > done[-1]["req_mb"]:
+        return None
+    return (f"{described(done[-1])}. Job {job_id} has the same {has / 1024:.1f} GB, so it is not trained: raise "
+            f"mem_gb_per_rank, or retry.oom, and run the pipeline again")
+
+
 def described(line: dict) -> str:
     """A judged job out of memory, as the report's advice names it."""
     said = (f"job {line['job']} ran out of host memory with {line['req_mb'] / 1024:.1f} GB "

@@ -15,9 +15,11 @@ from __future__ import annotations
 import logging
 import os
 import time
+import traceback
 
 from ..records import Plan
 from ..rundir import batch_changes
+from .evaluate import EVAL_BATCH, __file__ as evaluate_file
 
 log = logging.getLogger("airetrain.train")
 EXIT_OUT_OF_MEMORY = 76           # a rank ended so that the group restarts with a smaller batch
@@ -34,6 +36,10 @@ def halved(per_device: int, global_: int, world: int) -> tuple[int, int] | None:
 def fit_smaller(plan: Plan, step: int, error: BaseException) -> None:
     """Record the smaller batch for the next session and end this rank; re-raise where none is smaller."""
     b = plan.batch
+    if _in_evaluation(error):   # its batch is its own: a smaller training batch would not help
+        log.error("out of GPU memory in an evaluation at step %d (its forward passes are of %d samples): the "
+                  "run stops; evaluate less often, or on a smaller split", step, EVAL_BATCH)
+        raise error
     smaller = halved(b.per_device, b.global_, plan.world_size)
     if smaller is None:
         advice = _advice(plan)
@@ -50,6 +56,10 @@ def fit_smaller(plan: Plan, step: int, error: BaseException) -> None:
               accum, b.global_)
     logging.shutdown()
     os._exit(EXIT_OUT_OF_MEMORY)   # not a clean exit: the other ranks may be waiting in a collective
+
+
+def _in_evaluation(error: BaseException) -> bool:
+    return any(frame.f_code.co_filename == evaluate_file for frame, _ in traceback.walk_tb(error.__traceback__))
 
 
 def _advice(plan: Plan) -> str:

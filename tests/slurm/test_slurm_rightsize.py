@@ -89,7 +89,7 @@ def test_a_run_out_of_host_memory_asks_for_more_and_resumes_and_retry_oom_0_leav
     """Two runs whose training process takes 1.5 GB more, after 13 of their 66 steps, than their 2 GB allow:
     SLURM ends the step OUT_OF_MEMORY (twice a job: torchrun restarts it once, from its checkpoint). `hog`
     (retry.oom: 1) is submitted again asking for 4 GB, resumes from its checkpoint and finishes; `held`
-    (retry.oom: 0) is submitted again as it was, runs out again, and is left failed, the figure in the advice.
+    (retry.oom: 0) is submitted again as it was, trains nothing, and is left failed, the figure in the advice.
     Which job trained which run is the model's own record; what each asked for and how it ended, sacct's."""
     work, log = tmp_path, tmp_path / "log"
     log.mkdir()
@@ -125,8 +125,14 @@ def test_a_run_out_of_host_memory_asks_for_more_and_resumes_and_retry_oom_0_leav
     assert trained["steps"] == 66 and trained["slurm_job_id"] == second
     # the second job resumed: fewer forward passes than the whole run's 132 (2 a step), and together more
     assert forwards["hog"][second] < 2 * 66 < forwards["hog"][first] + forwards["hog"][second]
-    held = sorted(forwards["held"], key=int)
-    assert len(held) == 2 and all(j in step_oom and asked[j] == 2048 for j in held), accounting
+    (held,) = forwards["held"]   # held trained in one job only
+    assert held in step_oom and asked[held] == 2048, accounting
+    # its second job, resubmitted by Snakemake as it was, knew it would run out again and trained nothing
+    said = (work / "logs/held/train.log").read_text()
+    again = said.split("so it is not trained")[0].rsplit("Job ", 1)[1].split(" ")[0]
+    fields = run(["sacct", "-n", "-P", "-o", "JobID,State,ReqMem", "-j", again], env=env).stdout.splitlines()
+    assert int(again) > int(held) and fields[0].split("|")[1:] == ["FAILED", "2G"], fields
+    assert not any("OUT_OF_MEMORY" in line for line in fields)
     assert not (work / "results/held/train.json").exists()
 
     run([str(BIN / "airetrain"), "report", "--results", "results", "--out", "report", "hog", "held"], env=env,

@@ -2,6 +2,7 @@
 durable root (at promotion). The write fails with ENOSPC; the error names the root, its free space
 and the size needed; nothing half-written has a checkpoint's name; the checkpoint before is intact,
 and the run goes on from it once space is freed."""
+import errno
 import os
 import re
 from pathlib import Path
@@ -21,11 +22,23 @@ STEPS = 2 * (1437 // 64)
 
 
 def fill(root: Path, leave: int) -> Path:
-    """A ballast file that leaves `leave` bytes free on root's filesystem."""
+    """A ballast file that leaves `leave` bytes free on root's filesystem. The trainer may be writing there
+    at the same time (its next checkpoint): the room is measured again, and the ballast grown again, until
+    it fits."""
     ballast = root / "ballast"
-    free = os.statvfs(root).f_bavail * os.statvfs(root).f_frsize
     with open(ballast, "wb") as f:
-        os.posix_fallocate(f.fileno(), 0, free - leave)
+        for _ in range(100):
+            free = os.statvfs(root).f_bavail * os.statvfs(root).f_frsize
+            if free <= leave:
+                break
+            try:
+                os.posix_fallocate(f.fileno(), os.fstat(f.fileno()).st_size, free - leave)
+                break
+            except OSError as e:   # the writer took some of the room meanwhile
+                if e.errno != errno.ENOSPC:
+                    raise
+        else:
+            raise AssertionError(f"could not fill {root} to {leave} bytes free")
     return ballast
 
 

@@ -42,17 +42,23 @@ SACCT = """#!/bin/sh
 # a stand-in sacct: the answer the test wrote, for any question
 cat "$SACCT_ANSWER"
 """
+SCONTROL = """#!/bin/sh
+# a stand-in scontrol show job: the job has $JOB_MEMORY
+echo "JobId=$4 MinMemoryNode=$JOB_MEMORY"
+"""
 
 
 @pytest.fixture
 def sacct(tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "sacct").write_text(SACCT)
-    (bin_dir / "sacct").chmod(0o755)
+    for name, text in (("sacct", SACCT), ("scontrol", SCONTROL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
     answer = tmp_path / "answer"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SACCT_ANSWER", str(answer))
+    monkeypatch.setenv("JOB_MEMORY", "")
     return answer
 
 
@@ -81,7 +87,7 @@ def test_out_of_memory_asks_for_twice_or_the_peak_and_is_kept_for_every_later_re
     assert f"t: asks for {raised / 1024:g}G a node, not 2G: job 101 ran out" in format_table({"t": plan})
 
 
-def test_the_raises_stop_at_retry_oom_and_at_the_node(tmp_path, sacct):
+def test_the_raises_stop_at_retry_oom_and_at_the_node(tmp_path, sacct, monkeypatch):
     plan = make_plan({"processes": 2, "mem_gb_per_rank": 1, "retry": {"oom": 0}}, tmp_path)
     site = plan_site(tmp_path)
     took_lock(plan, "201")
@@ -89,6 +95,14 @@ def test_the_raises_stop_at_retry_oom_and_at_the_node(tmp_path, sacct):
     assert memory_raises.request_mb(plan, site, 2) == plan.slurm.mem_mb
     (line,) = memory_raises.judged(plan.durable_dir)
     assert "not retried with more: retry.oom = 0" in memory_raises.described(line)
+    # the job Snakemake submits again as it was is not trained; one given more memory, or more raises, is
+    monkeypatch.setenv("JOB_MEMORY", "2G")
+    assert "Job 202 has the same 2.0 GB, so it is not trained" in memory_raises.not_again(plan, "202")
+    monkeypatch.setenv("JOB_MEMORY", "3G")
+    assert memory_raises.not_again(plan, "203") is None
+    monkeypatch.setenv("JOB_MEMORY", "2G")
+    allowed = make_plan({"processes": 2, "mem_gb_per_rank": 1, "retry": {"oom": 1}}, tmp_path)
+    assert memory_raises.not_again(allowed, "204") is None and memory_raises.not_again(plan, None) is None
 
     big = make_plan({"processes": 2, "mem_gb_per_rank": 100}, tmp_path / "big")
     took_lock(big, "301")
@@ -100,3 +114,26 @@ def plan_site(tmp_path):
     from airetrain.plan.planner import plan_all
 
     return plan_all({"runs": {"x": {}}}, env={"HOME": "/nonexistent"}).settings.site
+
+
+def test_out_of_memory_in_an_evaluation_is_not_a_batch_to_halve(tmp_path):
+    """An evaluation's forward passes have their own size (evaluate.EVAL_BATCH): the run stops, recording
+    nothing, where a training step's error would have halved the batch."""
+    import torch
+
+    from airetrain.train import batch_fit, evaluate
+
+    def raised(filename):
+        scope = {"torch": torch}
+        exec(compile("def forward():\n    raise torch.OutOfMemoryError('CUDA out of memory')\n", filename, "exec"),
+             scope)
+        try:
+            scope["forward"]()
+        except torch.OutOfMemoryError as e:
+            return e
+
+    plan = make_plan({"processes": 2, "batch": {"global": 128, "per_device": 64}}, tmp_path)
+    with pytest.raises(torch.OutOfMemoryError):
+        batch_fit.fit_smaller(plan, 7, raised(evaluate.__file__))
+    assert batch_changes.changes(plan.durable_dir) == []
+    assert not batch_fit._in_evaluation(raised(str(tmp_path / "model.py")))

@@ -23,7 +23,7 @@ from ...environment import with_user_settings
 from ...records import STOPPED, Plan, StopRecord, read_record
 from ...rundir.run_log import LAUNCH_ID, hangs, record_health, record_stop
 from ...cluster.slurm import job_restarts, requeue, requeue_without, srun_per_node
-from ...rundir import batch_changes, capture, metrics_log
+from ...rundir import batch_changes, capture, memory_raises, metrics_log
 from .lock import RunLock
 
 
@@ -125,6 +125,9 @@ def run(plan: Plan, script: str, script_args: list[str], out: str, extra_env: di
     env.update(code.env(env))
     cmd = command(plan, code.script(script) if plan.script else script, script_args, env)
     marker = Path(out) / STOPPED
+    if refused := memory_raises.not_again(plan, env.get("SLURM_JOB_ID")):
+        print(refused, flush=True)
+        return 1
     lock = RunLock(plan.durable_dir, env.get("SLURM_JOB_ID"))
     lock.acquire()   # one trainer per run: another live job or process training it is waited for
     try:
