@@ -86,7 +86,7 @@ def hog(meta, cfg):
 
 def test_a_run_out_of_host_memory_asks_for_more_and_resumes_and_retry_oom_0_leaves_it_failed(slurm_cluster,
                                                                                             tmp_path):
-    """Two runs whose training process takes 1.5 GB more, after 13 of their 66 steps, than their 2 GB allow:
+    """Two runs whose training process takes 2.5 GB more, after 13 of their 66 steps, than their 2 GB allow:
     SLURM ends the step OUT_OF_MEMORY (twice a job: torchrun restarts it once, from its checkpoint). `hog`
     (retry.oom: 1) is submitted again asking for 4 GB, resumes from its checkpoint and finishes; `held`
     (retry.oom: 0) is submitted again as it was, trains nothing, and is left failed, the figure in the advice.
@@ -98,7 +98,7 @@ def test_a_run_out_of_host_memory_asks_for_more_and_resumes_and_retry_oom_0_leav
     def run_cfg(tag, **more):
         return {"gpus": 0, "processes": 1, "mem_gb_per_rank": 2, "slurm": {"partition": "standard"},
                 "precision": "fp32", "data": {"workers": 0}, "train": {"epochs": 3}, "checkpoint": {"every_steps": 2},
-                "model": {"name": "hoglab:hog", "options": {"log": str(log), "tag": tag, "mb": 1536, "after": 26}},
+                "model": {"name": "hoglab:hog", "options": {"log": str(log), "tag": tag, "mb": 2560, "after": 26}},
                 **more}
     env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work))}
     cfg = write_config(work / "config.yaml", {"roots": {"scratch": str(work / "scratch")}, "runs": {
@@ -140,6 +140,6 @@ def test_a_run_out_of_host_memory_asks_for_more_and_resumes_and_retry_oom_0_leav
     rows = {r["run"]: r for r in __import__("csv").DictReader(open(work / "report/efficiency.csv"))}
     assert f"job {first} ran out of host memory with 2.0 GB" in rows["hog"]["advice"]
     assert "the run asked for 4 GB from its next job on" in rows["hog"]["advice"]
-    assert f"job {held[0]} ran out of host memory with 2.0 GB" in rows["held"]["advice"]
+    assert f"job {held} ran out of host memory with 2.0 GB" in rows["held"]["advice"]
     assert "not retried with more: retry.oom = 0" in rows["held"]["advice"]
     assert "would do" not in rows["held"]["advice"]   # no smaller request for a run that ran out
