@@ -82,18 +82,6 @@ def train_mem_mb(wildcards, attempt):
     return memory_request_mb(PLANS[wildcards.run], PLANS.settings.site, attempt)
 
 
-def train_retries():
-    """Snakemake's resubmissions of a failed train job on a cluster: --retries, at least one for a stop SLURM
-    would not requeue (exit 75), and as many as any run's retry.oom (a rule's own retries override --retries).
-    None leaves --retries as it is: run locally, where neither applies, and inside a job, where Snakemake
-    gives --retries 0 (the main process resubmits; a retry there would repeat the run in the allocation
-    that failed it)."""
-    if not workflow.is_main_process or workflow.local_exec:
-        return None
-    asked = getattr(workflow.execution_settings, "retries", 0) or 0
-    return max([asked, 1, *(plan.config.retry.oom for plan in PLANS.values())])
-
-
 def get_health(wildcards):
     """The run's node check, an input of its stage step (none: health.preflight is off)."""
     return run_paths(wildcards.run)["health"] if PLANS[wildcards.run].config.health.preflight else []

@@ -15,7 +15,6 @@ rule train:
     group:
         "run_{run}"
     threads: lambda w: PLANS[w.run].cpus_per_node
-    retries: train_retries()
     resources:
         runtime=minutes("train"),
         nodes=lambda w: slurm(w, "nodes"),
