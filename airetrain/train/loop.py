@@ -262,6 +262,7 @@ def _finished(t: Trainer, saved: dict, train_s: float, final_wait_s: float) -> N
     s, d = t.session, t.session.d
     gpu_figures = t.gpu.summary()
     evaluation = t.evaluator.final()
+    t.progress.write_held()   # the history whole before train.json: a kill between them loses nothing
     figures = summary.gathered_figures(d, t.progress, gpu_figures)
     health = {**t.health, **t.stragglers.summary()}
     tracked = t.tracker and trackers.closed(t.tracker)   # every figure is queued: sent, or counted lost

@@ -127,10 +127,15 @@ class Progress:
         else:
             self._write({"step": step, "epoch": epoch, **figures, "time": time.time()})
 
-    def close(self) -> None:
+    def write_held(self) -> None:
+        """The last step's line, held for the evaluation's figures, written now: before train.json says the run
+        is trained, since a session that resumes at the last step trains and evaluates nothing again."""
         if self.file and self._last is not None:
             self._write(self._last)
             self._last = None
+
+    def close(self) -> None:
+        self.write_held()
         if self.file:
             self.file.close()
         if self.curves:

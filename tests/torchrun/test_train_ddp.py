@@ -59,6 +59,11 @@ def test_an_evaluation_at_every_epochs_end_in_metrics_jsonl_and_tensorboard(ddp_
     assert summary["evaluations"] == 4 and summary["eval_s"] > 0
     assert summary["eval_loss"] == evaluations[-1]["eval_loss"]   # the final evaluation, not a fifth one
     assert "no validation split: the evaluations during training run on the test split" in proc.stdout
+    # the last line (the final evaluation's) was on disk, in both histories, before train.json was: a kill
+    # between them would otherwise lose it for good (a rerun resumes at the last step and trains nothing)
+    durable_lines = Path(summary["checkpoint"]["path"]).parents[1] / "metrics.jsonl"
+    for history in (out / "metrics.jsonl", durable_lines):
+        assert history.stat().st_mtime_ns <= (out / "train.json").stat().st_mtime_ns, history
     # the default monitor (eval_loss, min): the best is where the curve is lowest, kept and listed
     lowest = min(evaluations, key=lambda line: line["eval_loss"])
     assert summary["best"] == {"step": lowest["step"], "epoch": lowest["epoch"], "metric": "eval_loss",
