@@ -87,7 +87,7 @@ def advise(row: dict) -> list[str]:
     tips = []
     state = row.get("job_state") or ""
     wait = _num(row, "data_wait_frac")
-    tips += [f"out of GPU memory at {change}" for change in row.get("batch_changes") or []]
+    tips += [f"a smaller batch from {change}" for change in row.get("batch_changes") or []]
     tips += row.get("out_of_memory") or []
     if state == "OUT_OF_MEMORY":
         tips.append(f"ran out of memory with {row.get('mem_alloc_mb', 0):.0f} MB: ask for more memory "

@@ -47,6 +47,6 @@ def with_changes(plan: Plan) -> Plan:
 
 
 def described(change: dict) -> str:
-    """A change as the log, status and the report name it."""
+    """A change as the launch's log and the report's advice name it."""
     return (f"step {change['step']}: per_device {change['from_per_device']} -> {change['per_device']}, "
             f"accumulation {change['from_grad_accum']} -> {change['grad_accum']} ({change['why']})")
