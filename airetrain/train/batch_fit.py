@@ -4,9 +4,10 @@ The global batch is held, so the run's optimizer sees the same samples at every 
 stays comparable; only the order of the additions changes (the gradients of two halves are summed where one
 batch's were), so a run that changed is no longer bit-exact against one that did not.
 
-The rank that runs out records the change in the durable run directory (batch_changes.jsonl), then ends: an
-out-of-memory error leaves the allocator fragmented and the other ranks waiting in a collective, so the group
-is started again rather than recovered in place. torchrun's restart, or the launch's, starts it in the same
+The rank that runs out records the change in the durable run directory (batch_changes.jsonl), lets the
+checkpoint being written in the background land, then ends: an out-of-memory error leaves the allocator
+fragmented and the other ranks waiting in a collective, so the group is started again rather than recovered
+in place. torchrun's restart, or the launch's, starts it in the same
 job; Snakemake's retry in the next. Every session applies the changes recorded so far before it builds its
 data loader (rundir/batch_changes.py), and resumes from the newest checkpoint.
 """
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import traceback
+from collections.abc import Callable
 
 from ..records import Plan
 from ..rundir import batch_changes
@@ -33,8 +36,9 @@ def halved(per_device: int, global_: int, world: int) -> tuple[int, int] | None:
     return (smaller[0], share // smaller[0]) if smaller else None
 
 
-def fit_smaller(plan: Plan, step: int, error: BaseException) -> None:
-    """Record the smaller batch for the next session and end this rank; re-raise where none is smaller."""
+def fit_smaller(plan: Plan, step: int, error: BaseException, saving: Callable[[], None] | None = None) -> None:
+    """Record the smaller batch for the next session and end this rank; re-raise where none is smaller.
+    `saving` waits for the checkpoint being written in the background, so the next session resumes from it."""
     b = plan.batch
     if _in_evaluation(error):   # its batch is its own: a smaller training batch would not help
         log.error("out of GPU memory in an evaluation at step %d (its forward passes are of %d samples): the "
@@ -54,8 +58,23 @@ def fit_smaller(plan: Plan, step: int, error: BaseException) -> None:
     log.error("out of GPU memory at step %d with batch.per_device %d: the run goes on from its last checkpoint "
               "with per_device %d x %d accumulation steps (global batch %d held)", step, b.per_device, per_device,
               accum, b.global_)
+    if saving is not None:
+        _let_land(saving)
     logging.shutdown()
     os._exit(EXIT_OUT_OF_MEMORY)   # not a clean exit: the other ranks may be waiting in a collective
+
+
+def _let_land(saving: Callable[[], None], timeout_s: float = 300.0) -> None:
+    """Wait, up to a bound, for the save in flight: ending at once killed its writer, and the next session
+    started over from an older checkpoint, or from step 0. Its own error is the next session's to find."""
+    def wait():
+        try:
+            saving()
+        except BaseException as e:   # the save failed: the checkpoints before it are intact
+            log.warning("the checkpoint being written when the run ran out of memory did not land: %s", e)
+    waiter = threading.Thread(target=wait, name="last-save", daemon=True)
+    waiter.start()
+    waiter.join(timeout_s)   # a save that hangs (a peer gone from its collective) must not keep the rank
 
 
 def _in_evaluation(error: BaseException) -> bool:

@@ -88,7 +88,7 @@ def main(argv=None) -> Trained:
         t = set_up(plan, read_record(args.stage, StageRecord), Path(args.out))
         stopped = train(t)
     except torch.OutOfMemoryError as e:   # on any device: this rank ends, the next session takes a smaller batch
-        batch_fit.fit_smaller(plan, t.session.position.step + 1 if t else 0, e)
+        batch_fit.fit_smaller(plan, t.session.position.step + 1 if t else 0, e, t.checkpointer.wait if t else None)
     finish(t, stopped)
     # Every rank is done and every file is written. The process group is not destroyed here:
     # tearing gloo down has deadlocked on the GIL (its worker thread freeing a finished

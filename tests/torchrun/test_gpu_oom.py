@@ -10,11 +10,27 @@ from conftest import final_state, launch_training, read_json
 
 TIGHT = '''
 import os
+import time
 from pathlib import Path
 
 import torch
 
+from airetrain.checkpoint import store
 from airetrain.train.models import build_model
+
+write_file, written = store.write_file, []
+
+
+def slow_first_write(*args, **kwargs):
+    """A slow disk (the test's stand-in): each session's first checkpoint takes 3 s to write, so the
+    out-of-memory error two steps later comes while it is still being written."""
+    if not written:
+        time.sleep(3)
+    written.append(1)
+    return write_file(*args, **kwargs)
+
+
+store.write_file = slow_first_write
 
 
 def tight(meta, cfg):
@@ -40,7 +56,7 @@ def tight(meta, cfg):
 def config(log, fits):
     return {"processes": 2, "precision": "fp32", "batch": {"global": 128, "per_device": 64},
             "model": {"name": "oomlab:tight", "options": {"log": str(log), "fits": fits, "after": 5}},
-            "train": {"epochs": 2, "log_every_steps": 1}, "checkpoint": {"every_steps": 2}}
+            "train": {"epochs": 2, "log_every_steps": 1}, "checkpoint": {"every_steps": 2, "writer": "thread"}}
 
 
 def sizes_in_order(path) -> list[int]:
@@ -74,7 +90,8 @@ def test_out_of_gpu_memory_halves_the_batch_twice_holds_the_global_batch_and_fin
     assert changes == [{"from_per_device": 64, "from_grad_accum": 1, "per_device": 32, "grad_accum": 2, "global": 128},
                        {"from_per_device": 32, "from_grad_accum": 2, "per_device": 16, "grad_accum": 4, "global": 128}]
     assert all("out of GPU memory" in c["why"] for c in trained["batch_changes"])
-    # each later session resumed from a checkpoint saved before the failing step
+    # each later session resumed from a checkpoint saved before the failing step: the first session's
+    # was still being written when it ran out, and the run waited for it rather than start over
     durable = tmp_path / "tight" / "scratch" / "airetrain" / "t"
     starts = [json.loads(line)["resumed_from_step"] for line in (durable / "sessions.jsonl").read_text().splitlines()]
     assert starts[0] == 0 and len(starts) == 3 and 0 < starts[1] <= starts[2] < 22, starts
