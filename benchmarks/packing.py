@@ -1,0 +1,88 @@
+"""Many small runs on the SLURM test cluster: six one-GPU seeds of one setting, as airetrain submits them
+today (one allocation per run), under a limit of two running jobs.
+
+Measured from SLURM's accounting and the runs' own records: the number of submissions, the number of
+dataset stagings, each allocation's seconds spent not training (its elapsed time less the trainer's
+train_seconds: Snakemake's start in the job, the node check, staging, torchrun's start, building the
+model and loaders, promotion), and the time from the first submission to the last run's end. This is the
+baseline that packing runs onto one allocation's GPUs is measured against.
+
+The limit of two running jobs is Snakemake's `--jobs 2`: the test cluster enforces no per-user limits, and
+a job held back by Snakemake or pending in SLURM's queue waits the same.
+
+    make slurm-up && source tests/slurm/state/env.sh
+    .venv/bin/python benchmarks/packing.py [--seeds 6] [--epochs 2] [--limit 2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+SLURM_ARGS = ["--executor", "slurm", "--profile", str(REPO / "aire"), "--slurm-init-seconds-before-status-checks", "2",
+              "--seconds-between-status-checks", "1"]
+# a one-GPU run on the test cluster: its GPU is a CPU process (the cluster's GPUs are stand-ins)
+ONE_GPU = {"device": "cpu", "gpus": 1, "precision": "fp32", "cpus_per_rank": 1, "mem_gb_per_rank": 2,
+           "data": {"name": "digits"}, "batch": {"global": 64, "per_device": 64},
+           "time_min": {"stage": 5, "train": 10, "promote": 5}}
+FIELDS = ["JobID", "JobName", "State", "Submit", "Start", "End", "ElapsedRaw", "WorkDir"]
+
+
+def sacct(since: str, workdir: Path) -> list[dict]:
+    out = subprocess.run(["sacct", "-X", "-n", "-P", "-S", since, "-o", ",".join(FIELDS)], capture_output=True,
+                         text=True, check=True).stdout
+    rows = [dict(zip(FIELDS, line.split("|"))) for line in out.splitlines()]
+    return [r for r in rows if r["JobID"] and Path(r["WorkDir"]) == workdir]
+
+
+def unpacked(work: Path, seeds: int, epochs: int, limit: int) -> dict:
+    cfg = work / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"roots": {"scratch": str(work / "scratch")},
+                                   "runs": {"s": {**ONE_GPU, "train": {"epochs": epochs},
+                                                  "seeds": list(range(seeds))}}}))
+    since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
+    t0 = time.monotonic()
+    subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(work), "--configfile", str(cfg), *SLURM_ARGS,
+                    "--jobs", str(limit)], cwd=work, check=True, capture_output=True,
+                   env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    wall = time.monotonic() - t0
+    time.sleep(5)   # slurmdbd records the last ends
+    jobs = {j["JobID"]: j for j in sacct(since, work)}
+    runs = sorted(p.parent.name for p in (work / "results").glob("s-seed*/train.json"))
+    trained = {r: json.loads((work / "results" / r / "train.json").read_text()) for r in runs}
+    idle = [int(jobs[t["slurm_job_id"]]["ElapsedRaw"]) - t["train_seconds"] for t in trained.values()]
+    stagings = sum(1 for r in runs for _ in (work / "results" / r).glob("stage.json"))
+    first = min(datetime.fromisoformat(j["Submit"]) for j in jobs.values())
+    last = max(datetime.fromisoformat(j["End"]) for j in jobs.values())
+    return {"runs": len(runs), "submissions": len(jobs), "stagings": stagings,
+            "not_training_s_per_run": {"median": statistics.median(idle), "min": min(idle), "max": max(idle)},
+            "train_s_per_run": statistics.median(t["train_seconds"] for t in trained.values()),
+            "first_submit_to_last_end_s": (last - first).total_seconds(), "snakemake_wall_s": round(wall, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=6)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=2, help="running jobs at once (Snakemake's --jobs)")
+    args = ap.parse_args()
+    if not os.environ.get("SLURM_CONF"):
+        sys.exit("no SLURM here: `make slurm-up && source tests/slurm/state/env.sh` first")
+    with tempfile.TemporaryDirectory(dir=os.environ.get("AIRETRAIN_BENCH_DIR")) as tmp:
+        result = unpacked(Path(tmp).resolve(), args.seeds, args.epochs, args.limit)
+    print(json.dumps({"unpacked": result}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
