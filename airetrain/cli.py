@@ -8,7 +8,7 @@ import sys
 # only what every command needs: each imports its own, so `airetrain report --jobs` starts in a few hundredths
 # of a second
 from .errors import ConfigError, NoSpaceError
-from .commands import (doctor, efficiency_report, node_check, pipeline_steps, planning, runs, setup, site,
+from .commands import (doctor, efficiency_report, node_check, pack_run, pipeline_steps, planning, runs, setup, site,
                        step_profile, submit, tune_steps)
 
 
@@ -37,7 +37,7 @@ class _OneCommand:
 
 # The commands the workflow's rules and jobs run; `airetrain --help` names them in one line.
 WORKFLOW_STEPS = ("resolve", "stage", "launch", "promote", "health", "health-node", "requeue-excluding", "tune-step",
-                  "tune-table", "workflow-job")
+                  "tune-table", "workflow-job", "run-pack")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -49,7 +49,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                       command)
     # the user's commands first, in the order `airetrain --help` lists them; then the workflow's steps
     for commands in (planning, submit, setup, doctor, runs, efficiency_report, step_profile, site, pipeline_steps,
-                     tune_steps, node_check):
+                     pack_run, tune_steps, node_check):
         commands.add_parsers(sub)
     return parser if sub.found or command is None else build_parser()
 

@@ -279,6 +279,7 @@ class RunConfig(_Record):
     device: str
     gpus: int
     processes: int
+    pack: str | int        # auto, none, or at most this many runs an allocation
     nodes: int | None
     nproc_per_node: int | None
     cpus_per_rank: int | None

@@ -5,6 +5,7 @@ assembles them. Commands may import anything: each joins the stages below, which
     setup              `airetrain init`, `workflow-path`
     runs               `airetrain status`, `history`, `restart`, `sync`, `compare`
     pipeline_steps     what each rule runs: `resolve`, `prepare`, `pack`, `stage`, `launch`, `promote`
+    pack_run           `airetrain run-pack`: the runs of one allocation side by side, the dataset staged once
     config_options     the config a command reads, as Snakemake reads it from the same words, and its plans
     resolve            the plan step's own work: files counted, user code tried, strategy decided
     submit             `airetrain submit`: the pipeline's Snakemake in a SLURM job of its own, requeued before its limit

@@ -41,14 +41,15 @@ def _plan(args) -> None:
     if args.profile:   # its account reaches every job: a placeholder is refused here, as in the workflow
         from ..profiles import account_of
         account_of(args.profile)
-    plans = {name: resolve_plan(plan) for name, plan in load_plans(args, args.right_size).items()}
+    loaded = load_plans(args, args.right_size)
+    plans = {name: resolve_plan(plan) for name, plan in loaded.items()}
     if args.forecast:
         _forecast(args, plans)
         if args.json:
             return
     elif args.json:
         raise ConfigError("--json prints the forecast as data: give it with --forecast")
-    print(format_table(plans))
+    print(format_table(plans, loaded.settings.site))
     if args.write:
         from ..records import Plan, write_record
         for name, plan in plans.items():

@@ -10,6 +10,7 @@
     request      the SLURM request and torchrun's arguments
     rightsize    resources: measured (airetrain/sizing.py computes the requests)
     forecast     when each layout would start and finish
+    packing      which runs share one allocation (pack)
     overview     the plan of every run as one table
     step_commands  the `airetrain` command each rule runs
     interpreter  which Python the rules run

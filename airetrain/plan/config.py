@@ -122,8 +122,10 @@ def _friendly(error: jsonschema.ValidationError, root: dict) -> str:
         names = [v for sub in branches for v in sub.get("enum", [])]
         null = ", null" if any(sub.get("type") == "null" for sub in branches) else ""
         path = ", or an import path 'package.module:function'" if any("pattern" in sub for sub in branches) else ""
+        count = "".join(f", or a whole number of at least {sub.get('minimum', 0)}" for sub in branches
+                        if sub.get("type") == "integer")
         return (f"{where} = {error.instance!r} is not allowed{did_you_mean(error.instance, names)}; allowed values: "
-                + ", ".join(map(repr, names)) + null + path)
+                + ", ".join(map(repr, names)) + null + path + count)
     if error.validator == "type" and error.validator_value == "string" and isinstance(error.instance, (int, float)):
         return f"{where} = {error.instance!r} must be text: quote it: '{error.instance}'"
     if error.validator == "pattern" and "x-allowed" in error.schema:  # strings that reach SLURM or a shell

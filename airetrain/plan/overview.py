@@ -3,13 +3,16 @@ from __future__ import annotations
 
 from ..environment import gives_batch
 from ..records import Plan
+from ..run_config import Site
 from ..rundir.batch_changes import changes, with_changes
 from ..rundir.memory_raises import raises
 from ..text import aligned
+from .packing import packs
 
 
-def format_table(plans: dict[str, Plan]) -> str:
-    """One line per run: what it asks for and how its batch is made."""
+def format_table(plans: dict[str, Plan], site: Site | None = None) -> str:
+    """One line per run: what it asks for and how its batch is made; with the site, the runs that share an
+    allocation (pack)."""
     header = ["run", "device", "world", "nodes", "ranks/node", "gres", "cores/node", "mem/node",
               "time", "global = per_device x world x accum", "strategy", "precision"]
     rows = []
@@ -27,7 +30,9 @@ def format_table(plans: dict[str, Plan]) -> str:
     changed = [f"{name}: trains with per_device {b.per_device} x accumulation {b.grad_accum}: out of GPU memory at "
                f"step {c[-1]['step']}" for name, p in plans.items()
                if (c := changes(p.durable_dir)) and (b := with_changes(p).batch) != p.batch]
-    return "\n".join([*aligned([header, *rows], rule=True), *measured, *raised, *changed])
+    packed = [f"{', '.join(members)}: one allocation ({name}), {sum(plans[m].gpus for m in members)} GPUs, each run "
+              "a step with its own" for name, members in (packs(plans, site) if site else {}).items()]
+    return "\n".join([*aligned([header, *rows], rule=True), *measured, *raised, *changed, *packed])
 
 
 def _batch(p: Plan) -> str:

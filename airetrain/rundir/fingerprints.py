@@ -12,7 +12,7 @@ from ..run_config import RunConfig
 # (epochs is one: raising it continues training from the newest checkpoint; early_stop another: it
 # only decides where training ends.)
 _NOT_FINGERPRINTED = {"time_min", "slurm", "checkpoint", "cpus_per_rank", "mem_gb_per_rank", "code", "tracking",
-                      "health"}
+                      "health", "retry", "pack"}
 _NOT_FINGERPRINTED_NESTED = {("data", "workers"), ("data", "verify_sha256"), ("train", "log_every_steps"),
                              ("train", "epochs"), ("train", "early_stop")}
 

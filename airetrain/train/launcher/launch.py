@@ -31,14 +31,25 @@ def torchrun_command(plan: Plan, script: str, script_args: list[str]) -> list[st
     return [sys.executable, "-m", "torch.distributed.run", *plan.torchrun, script, *script_args]
 
 
+PACK_SLOT = "AIRETRAIN_PACK_SLOT"   # set by a pack's driver (commands/pack_run.py): this run's place in its allocation
+
+
 def srun_command(plan: Plan, inner: list[str], env=None) -> list[str]:
-    """One task per node runs torchrun; shell variables in the torchrun args expand in each task."""
+    """One task per node runs torchrun; shell variables in the torchrun args expand in each task.
+
+    A packed run's step takes only its own share of the allocation (--exact, its GPUs and memory), so
+    that the runs beside it get theirs, and its rendezvous port is its own."""
+    env = os.environ if env is None else env
+    slot = int(env.get(PACK_SLOT, "0") or 0)
     exports = "export AIRETRAIN_MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1); "
     # rendezvous port from the job id, as Aire users do: distinct jobs rarely collide on a node
-    exports += "export AIRETRAIN_MASTER_PORT=$((10000 + SLURM_JOB_ID % 20000)); "
+    # (a packed run's moved by its slot: the runs of one job listen on one node)
+    exports += f"export AIRETRAIN_MASTER_PORT=$((10000 + (SLURM_JOB_ID + {slot * 4001}) % 20000)); "
     # our own torchrun args carry $VARIABLES meant for the task's shell; everything else is quoted
     words = [w if w.startswith("--") and "$" in w else shlex.quote(w) for w in inner]
-    return [*srun_per_node(plan.nodes, plan.cpus_per_node, env), "bash", "-c",
+    share = ["--exact", f"--mem={plan.slurm.mem_mb}M", *([f"--gres=gpu:{plan.gpus}"] if plan.gpus else [])] \
+        if PACK_SLOT in env else []
+    return [*srun_per_node(plan.nodes, plan.cpus_per_node, env), *share, "bash", "-c",
             exports + "exec " + " ".join(words)]
 
 
@@ -72,6 +83,8 @@ def _continue(plan: Plan, stopped: dict, env) -> tuple[int, str]:
         return _leave_out(plan, stopped, job_id)
     if stopped["reason"] != "deadline":   # scancel or preemption: SLURM decides what happens next
         return EXIT_STOPPED, f"exit {EXIT_STOPPED}"
+    if PACK_SLOT in env:   # the runs beside it may still be saving: the pack's driver requeues the job once
+        return EXIT_STOPPED, "stopped: its pack requeues the job"
     if not cfg.requeue:
         print(f"checkpoint.requeue is false: exiting {EXIT_STOPPED}; Snakemake's --retries resubmits it", flush=True)
         return EXIT_STOPPED, f"exit {EXIT_STOPPED}"

@@ -1,6 +1,7 @@
 import json
 import os
 import re
+import shlex
 import sys
 
 from snakemake.exceptions import WorkflowError
@@ -22,6 +23,7 @@ from airetrain.plan.interpreter import rule_python
 from airetrain.rundir.memory_raises import request_mb as memory_request_mb
 from airetrain.plan.planner import datasets_to_prepare, plan_workflow
 from airetrain.plan.overview import format_table
+from airetrain.plan.packing import pack_request, packs
 from airetrain.profiles import account_problem, unquoted
 from airetrain.cluster.slurm import training_job
 from airetrain.rundir.run_log import LOCK as TRAINER_LOCK
@@ -43,7 +45,7 @@ PROFILE_ACCOUNT = unquoted(getattr(_default, "raw", None))
 if problem := account_problem(PROFILE_ACCOUNT, "the profile's default-resources"):
     raise WorkflowError(f"airetrain: {problem}")
 if workflow.is_main_process:
-    logger.info(f"airetrain plan:\n{format_table(PLANS)}")
+    logger.info(f"airetrain plan:\n{format_table(PLANS, PLANS.settings.site)}")
 
 # A tuned run trains no weights itself: its trials do, each rung a run <tune>-t<NNN>-e<epochs> (rules/tune.smk).
 TUNES = sorted(PLANS.tunes)
@@ -52,11 +54,24 @@ PREPARED_DATASETS = datasets_to_prepare(PLANS)
 SETTINGS_JSON = json.dumps(to_dict(PLANS.settings), sort_keys=True)
 
 
+# Runs that share one allocation (run key pack): each pack's rule (rules/pack.smk) stages, trains and
+# promotes its runs; the other runs' rules do not match them.
+PACKS = packs({name: PLANS[name] for name in RUNS}, PLANS.settings.site)
+PACKED = {run for members in PACKS.values() for run in members}
+
+
+def run_names(packed=True):
+    """The run wildcard's values: every run, or only those not packed."""
+    names = [*(r for r in RUNS if packed or r not in PACKED), *TUNES]
+    trials = [f"(?:{'|'.join(map(re.escape, TUNES))})-t[0-9][0-9][0-9]+-e[0-9]+"] if TUNES else []
+    return "|".join([*map(re.escape, names)] + trials)
+
+
+UNPACKED_RUN = run_names(packed=False)
+
+
 wildcard_constraints:
-    run="|".join(
-        [*map(re.escape, [*RUNS, *TUNES])]
-        + ([f"(?:{'|'.join(map(re.escape, TUNES))})-t[0-9][0-9][0-9]+-e[0-9]+"] if TUNES else [])
-    ),
+    run=run_names(),
     tune="|".join(map(re.escape, TUNES)) or "(?!)",
     slot="[0-9]+",
     step="[0-9]+",

@@ -1,6 +1,8 @@
 # The first step of a run's job: every node checked before staging (one task per node, its own srun
 # like the train rule's). A node that fails is left out: the job requeues itself without it.
 rule health:
+    wildcard_constraints:
+        run=UNPACKED_RUN,
     input:
         plan="results/{run}/plan.json",
     output:

@@ -1,4 +1,6 @@
 rule promote:
+    wildcard_constraints:
+        run=UNPACKED_RUN,
     input:
         plan="results/{run}/plan.json",
         train="results/{run}/train.json",

@@ -19,6 +19,8 @@ if PREPARED_DATASETS:
 
 
 rule stage:
+    wildcard_constraints:
+        run=UNPACKED_RUN,
     input:
         plan="results/{run}/plan.json",
         health=get_health,

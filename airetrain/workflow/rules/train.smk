@@ -1,6 +1,8 @@
 # Runs as a SLURM step of the group's allocation (resource mpi: the executor does not wrap
 # it in `srun -n1`), so torchrun can span every node of the job. Locally it runs torchrun.
 rule train:
+    wildcard_constraints:
+        run=UNPACKED_RUN,
     input:
         plan="results/{run}/plan.json",
         stage="results/{run}/stage.json",

@@ -1,0 +1,58 @@
+"""Which runs share one SLURM allocation (the run key pack): decided from the plans alone, so that the
+submit host and every job's parse find the same packs.
+
+A run may be packed when it needs one node or less, at least one GPU and fewer than a node's, and is
+ready with the others: not a search's trial (its rungs are asked for one by one) and not a run that
+starts from another run's weights (it waits for that run). Runs are packed in the config's order with
+the runs that ask SLURM for the same partition, account, QoS, time limit and options and read the same
+dataset (staged once for them all), while the node's GPUs, cores and memory hold them; pack N caps a pack
+at N runs. A pack of one is an ordinary run.
+"""
+from __future__ import annotations
+
+from ..records import Plan
+from ..run_config import Site
+
+PACK_PREFIX = "pack-"
+
+
+def packable(plan: Plan, site: Site) -> bool:
+    return (plan.config.pack != "none" and plan.nodes == 1 and 0 < plan.gpus < site.gpus_per_node
+            and not plan.config.model.init_from and plan.evaluates is None and plan.tune_keys is None)
+
+
+def _together(plan: Plan) -> tuple:
+    """What the runs of one allocation must share: its request to SLURM, and the staged dataset."""
+    s = plan.slurm
+    return s.partition, s.account, s.qos, s.extra, plan.time_min.total, str(plan.dataset)
+
+
+def packs(plans: dict[str, Plan], site: Site) -> dict[str, tuple[str, ...]]:
+    """{pack name: its runs, in the config's order}, for the packs of two runs or more. A pack is named
+    after its first run."""
+    open_packs: dict[tuple, list[list[str]]] = {}
+    for name, plan in plans.items():
+        if not packable(plan, site):
+            continue
+        candidates = open_packs.setdefault(_together(plan), [])
+        if not candidates or not _fits(candidates[-1], plan, plans, site):
+            candidates.append([])
+        candidates[-1].append(name)
+    return {f"{PACK_PREFIX}{members[0]}": tuple(members) for groups in open_packs.values() for members in groups
+            if len(members) > 1}
+
+
+def _fits(members: list[str], plan: Plan, plans: dict[str, Plan], site: Site) -> bool:
+    together = [plans[m] for m in members] + [plan]
+    caps = [p.config.pack for p in together if isinstance(p.config.pack, int)]
+    return (sum(p.gpus for p in together) <= site.gpus_per_node
+            and len(together) * max(p.cpus_per_node for p in together) <= site.cores_per_node
+            and sum(p.slurm.mem_mb for p in together) <= site.mem_gb_per_node * 1024
+            and (not caps or len(together) <= min(caps)))
+
+
+def pack_request(members: list[Plan]) -> dict:
+    """The allocation of a pack: one node, a task per run, the runs' GPUs, cores and memory together."""
+    return {"nodes": 1, "tasks": len(members), "cpus_per_task": max(p.cpus_per_node for p in members),
+            "gpus": sum(p.gpus for p in members), "mem_mb": sum(p.slurm.mem_mb for p in members),
+            "minutes": max(p.time_min.total for p in members)}

@@ -1,0 +1,45 @@
+"""plan/packing.py: which runs share one allocation, from the plans alone (Aire's site: 3 GPUs, 24 cores and
+256 GB a node)."""
+from airetrain.plan.overview import format_table
+from airetrain.plan.packing import pack_request, packs
+from airetrain.plan.planner import plan_all
+
+ONE_GPU = {"gpus": 1, "cpus_per_rank": 4, "mem_gb_per_rank": 32}
+
+
+def packed(runs: dict, tmp_path) -> tuple[dict, dict]:
+    plans = plan_all({"roots": {"scratch": str(tmp_path)}, "runs": runs}, env={"HOME": "/nonexistent"})
+    return packs(dict(plans), plans.settings.site), plans
+
+
+def test_six_one_gpu_seeds_fill_two_nodes_in_the_configs_order(tmp_path):
+    found, plans = packed({"s": {**ONE_GPU, "seeds": [0, 1, 2, 3, 4, 5], "pack": "auto"}}, tmp_path)
+    assert found == {"pack-s-seed0": ("s-seed0", "s-seed1", "s-seed2"),
+                     "pack-s-seed3": ("s-seed3", "s-seed4", "s-seed5")}
+    request = pack_request([plans[r] for r in found["pack-s-seed0"]])
+    assert request == {"nodes": 1, "tasks": 3, "cpus_per_task": 4, "gpus": 3, "mem_mb": 3 * 32 * 1024,
+                       "minutes": plans["s-seed0"].time_min.total}
+    assert "s-seed3, s-seed4, s-seed5: one allocation (pack-s-seed3), 3 GPUs" in \
+        format_table(dict(plans), plans.settings.site)
+
+
+def test_pack_n_caps_a_pack_and_none_is_the_default(tmp_path):
+    assert packed({"s": {**ONE_GPU, "seeds": [0, 1, 2, 3], "pack": 2}}, tmp_path)[0] == \
+        {"pack-s-seed0": ("s-seed0", "s-seed1"), "pack-s-seed2": ("s-seed2", "s-seed3")}
+    assert packed({"s": {**ONE_GPU, "seeds": [0, 1, 2]}}, tmp_path)[0] == {}
+
+
+def test_a_whole_node_a_fine_tune_and_what_the_node_cannot_hold_are_not_packed(tmp_path):
+    runs = {"whole": {"gpus": 3, "pack": "auto", "seeds": [0, 1], "batch": {"global": 96}},
+            "base": {**ONE_GPU, "pack": "auto"},
+            "tuned": {**ONE_GPU, "pack": "auto", "model": {"init_from": {"run": "base"}}},
+            "big": {**ONE_GPU, "mem_gb_per_rank": 200, "pack": "auto", "seeds": [0, 1]}}
+    found, _ = packed(runs, tmp_path)
+    # tuned waits for base's weights; base and one big take 232 GB of the node's 256, the other big its own
+    assert found == {"pack-base": ("base", "big-seed0")}
+
+
+def test_runs_asking_slurm_for_different_things_are_packed_apart(tmp_path):
+    runs = {"a": {**ONE_GPU, "pack": "auto", "seeds": [0, 1]},
+            "b": {**ONE_GPU, "pack": "auto", "seeds": [0, 1], "time_min": {"train": 300}}}
+    assert packed(runs, tmp_path)[0] == {"pack-a-seed0": ("a-seed0", "a-seed1"), "pack-b-seed0": ("b-seed0", "b-seed1")}
