@@ -219,6 +219,8 @@ class TrainRecord(TypedDict):
     stopped_early: NotRequired[Doc[Optional[dict], "where early stopping ended training: step, epoch, best_step, "
                                                    "best_value (none where it trained every epoch)"]]
     slurm_job_id: Doc[Optional[str], "the SLURM job (none outside SLURM)"]
+    slurm_step: NotRequired[Doc[Optional[str], "a packed run's own SLURM step, <job>.<step>: its share of the job "
+                                               "(pack), which the report shows; none: it had the job to itself"]]
     hostnames: Doc[list, "the hosts of every rank"]
     launch_host: Doc[str, "the host of rank 0"]
     torch_version: Doc[str, "torch's version"]

@@ -59,6 +59,17 @@ def key_values(text: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S*)", text))
 
 
+PACK_SLOT = "AIRETRAIN_PACK_SLOT"   # set by a pack's driver (commands/pack_run.py): a run's place in its allocation
+
+
+def packed_step(env=None) -> str | None:
+    """A packed run's own step, <job>.<step>, from a process inside it; None for a run with the job to itself."""
+    env = os.environ if env is None else env
+    if PACK_SLOT not in env or not env.get("SLURM_JOB_ID") or not env.get("SLURM_STEP_ID"):
+        return None
+    return f"{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
+
+
 def job_id(env=None) -> str | None:
     """This job's id as accounting knows it, or None outside SLURM: $SLURM_JOB_ID, which in an array
     task is the task's own (sacct's JobIDRaw; the array's is $SLURM_ARRAY_JOB_ID). What train.json,

@@ -57,7 +57,7 @@ def _step(cmd: str, run: str, name: str) -> None:
 
 
 def _launch(slot: int, run: str, p: dict, plan, python: str, script: str) -> subprocess.Popen:
-    from ..train.launcher.launch import PACK_SLOT
+    from ..cluster.slurm import PACK_SLOT
     env = {**os.environ, PACK_SLOT: str(slot)}
     if not env.get("SLURM_JOB_ID") and plan.gpus:   # outside SLURM: this run's share of the visible GPUs
         visible = env.get("CUDA_VISIBLE_DEVICES", "").split(",") if env.get("CUDA_VISIBLE_DEVICES") else \

@@ -161,6 +161,8 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
     row["state"] = "stopped" if stopped and train is None else \
         "missing" if train is None else ("done" if promoted else "trained")
     job = lookup(accounting or {}, str((train or {}).get("slurm_job_id")))
+    if job and (step := (train or {}).get("slurm_step")) in job.steps:   # a packed run: its share of the job
+        job = job.steps[step]
     bench = _benchmarks(run_dir)
     if job:
         row.update(job_row(job))

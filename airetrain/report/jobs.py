@@ -93,6 +93,7 @@ class Job:
     running_steps: int = 0
     late_start_record: bool = False    # accounting has not yet recorded the job's start
     step_ids: list[str] = field(default_factory=list)
+    steps: dict[str, "Job"] = field(default_factory=dict)   # each step folded as a job of its own (a packed run's)
 
     @property
     def cpu_eff(self) -> float | None:
@@ -171,10 +172,24 @@ def _allocation(job: Job, row: dict) -> None:
         per = job.cpus if row["ReqMem"].endswith("c") else job.nodes
         job.mem_alloc_mb = size_mb(row["ReqMem"]) * per
     # a new run starts its step figures afresh
-    job.total_cpu_s, job.mem_used_mb, job.max_task_rss_mb, job.step_ids = 0.0, 0.0, 0.0, []
+    job.total_cpu_s, job.mem_used_mb, job.max_task_rss_mb, job.step_ids, job.steps = 0.0, 0.0, 0.0, [], {}
     job.running_steps = 0
     job.gpu_util_max = job.gpu_mem_max_mb = None
     job.alloc_total_cpu_s = seconds(row["TotalCPU"])
+
+
+def _step_share(job: Job, row: dict) -> None:
+    """A step as a job of its own: what it was given (its AllocTRES) and what it used. A packed run's step
+    (pack) is its share of the job; its time limit and requeues are the job's."""
+    alloc = tres(row["AllocTRES"])
+    share = Job(row["JobID"], raw_id=row["JobIDRaw"], name=job.name, state=(row["State"].split() or ["UNKNOWN"])[0],
+                exit_code=row["ExitCode"], elapsed_s=seconds(row["Elapsed"]), timelimit_s=job.timelimit_s,
+                cpus=int(float(alloc.get("cpu") or row["AllocCPUS"] or 0)), nodes=int(row["NNodes"] or 0) or 1,
+                gpus=int(float(alloc.get("gres/gpu", 0) or 0)), gpu_type=job.gpu_type,
+                mem_alloc_mb=size_mb(alloc.get("mem", "")), runs=job.runs)
+    share.elapsed_all_runs_s = share.elapsed_s
+    _step(share, row)
+    job.steps[row["JobID"]] = share
 
 
 def _step(job: Job, row: dict) -> None:
@@ -211,6 +226,7 @@ def parse(text: str | Iterable[str], wanted: list[str] | None = None) -> dict[st
         job = jobs.get(job_id) or jobs.setdefault(job_id, Job(job_id))
         if dot:
             _step(job, row)
+            _step_share(job, row)
         else:
             _allocation(job, row)
     for job in jobs.values():

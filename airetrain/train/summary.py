@@ -135,7 +135,7 @@ def train_record(s: Session, progress: Progress, checkpoints: Checkpointer, end:
         init=s.init, evaluates=s.plan.config.evaluate,
         parameters=s.parameters,
         stopped_early=s.monitor.stopped_early(s.position.step, s.position.epoch) if s.stops_early else None,
-        slurm_job_id=slurm.job_id(),
+        slurm_job_id=slurm.job_id(), slurm_step=slurm.packed_step(),
         hostnames=end.hosts,
         launch_host=socket.gethostname(),
         torch_version=torch.__version__,

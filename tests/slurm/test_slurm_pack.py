@@ -4,6 +4,7 @@ seeds with pack: none, in the same pipeline, are six jobs and the reference for 
 
 What each rank saw is written by the test's own model (its CUDA_VISIBLE_DEVICES, SLURM's job and step ids),
 and the jobs and steps are SLURM's accounting; the weights are the checkpoints' bytes."""
+import csv
 import json
 
 import pytest
@@ -93,3 +94,17 @@ def test_each_pack_staged_its_dataset_once(packed):
         targets.setdefault(seen(work, f"p-seed{seed}")["SLURM_JOB_ID"], set()).add(stage["target"])
     assert all(len(t) == 1 for t in targets.values()), targets   # one copy per job, read by its three runs
     assert sum((work / f"logs/p-seed{seed}/stage.log").exists() for seed in SEEDS) == 2
+
+
+def test_the_report_gives_each_packed_run_its_own_steps_share(packed):
+    work, _, env = packed
+    rows = {r["run"]: r for r in csv.DictReader(open(work / "results/report/efficiency.csv"))}
+    for seed in SEEDS:
+        ours, theirs = rows[f"p-seed{seed}"], rows[f"u-seed{seed}"]
+        step = read_json(work / f"results/p-seed{seed}/train.json")["slurm_step"]
+        assert step == f"{ours['job_id']}.{seen(work, f'p-seed{seed}')['SLURM_STEP_ID']}"
+        elapsed = run(["sacct", "-n", "-P", "-j", step, "-o", "ElapsedRaw"], env=env).stdout.split()[0]
+        # one GPU, a core and 2 GB: the same request as the run that had a job to itself, over its step's time
+        assert (ours["gpus"], ours["cpus"], float(ours["mem_alloc_mb"])) == \
+            (theirs["gpus"], theirs["cpus"], float(theirs["mem_alloc_mb"])) == ("1", "1", 2048.0)
+        assert float(ours["elapsed_s"]) == float(elapsed)

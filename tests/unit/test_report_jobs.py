@@ -184,3 +184,25 @@ def test_a_job_requeued_after_a_node_failure_says_so_and_shows_its_last_run():
 def test_a_job_requeued_by_hand_or_by_its_own_stop_has_no_cause_to_name():
     rows = NODE_FAILED.replace("|NODE_FAIL|", "|REQUEUED|", 1)
     assert parse(rows)["7"].status == "completed; requeued 1x"
+
+
+# a pack of three one-GPU runs on the SLURM test cluster (pack: auto): the batch step, the node check's
+# step (.0) and each run's own step, captured with `sacct --parsable2 --noheader --duplicates`
+PACK_SACCT = """\
+329|329|ca9a7cab-0a09-4390-905b-824c8c96bf74|COMPLETED|0:0|2026-12-05T23:20:54|00:00:24|00:20:00|00:20.653|3|6G|1|||billing=3,cpu=3,gres/gpu:l40s=3,gres/gpu=3,mem=6G,node=1||
+329.batch|329.batch|batch|COMPLETED|0:0|2026-12-05T23:20:54|00:00:24||00:08.451|3||1|1|603616K|cpu=3,gres/gpu:l40s=3,gres/gpu=3,mem=6G,node=1|cpu=00:00:05,energy=0,fs/disk=195450953,mem=603616K,pages=0,vmem=3397796K|cpu=00:00:05,energy=0,fs/disk=195450953,mem=603616K,pages=0,vmem=3397796K
+329.0|329.0|python|COMPLETED|0:0|2026-12-05T23:20:59|00:00:01||00:00.183|1||1|1|2992K|cpu=1,gres/gpu:l40s=3,gres/gpu=3,mem=6G,node=1|cpu=00:00:00,energy=0,fs/disk=0,mem=2992K,pages=0,vmem=143028K|cpu=00:00:00,energy=0,fs/disk=0,mem=2992K,pages=0,vmem=143028K
+329.1|329.1|bash|COMPLETED|0:0|2026-12-05T23:21:01|00:00:08||00:03.966|1||1|1|539380K|cpu=1,gres/gpu:l40s=1,gres/gpu=1,mem=2G,node=1|cpu=00:00:02,energy=0,fs/disk=78084947,mem=539380K,pages=0,vmem=2057396K|cpu=00:00:02,energy=0,fs/disk=78084947,mem=539380K,pages=0,vmem=2057396K
+329.2|329.2|bash|COMPLETED|0:0|2026-12-05T23:21:01|00:00:08||00:04.039|1||1|1|537416K|cpu=1,gres/gpu:l40s=1,gres/gpu=1,mem=2G,node=1|cpu=00:00:03,energy=0,fs/disk=81747490,mem=537416K,pages=0,vmem=2055364K|cpu=00:00:03,energy=0,fs/disk=81747490,mem=537416K,pages=0,vmem=2055364K
+329.3|329.3|bash|COMPLETED|0:0|2026-12-05T23:21:01|00:00:08||00:04.012|1||1|1|538768K|cpu=1,gres/gpu:l40s=1,gres/gpu=1,mem=2G,node=1|cpu=00:00:03,energy=0,fs/disk=81815124,mem=538768K,pages=0,vmem=2057396K|cpu=00:00:03,energy=0,fs/disk=81815124,mem=538768K,pages=0,vmem=2057396K
+"""
+
+
+def test_each_step_is_also_a_job_of_its_own_a_packed_runs_share():
+    job = parse(PACK_SACCT)["329"]
+    assert (job.gpus, job.cpus, job.mem_alloc_mb) == (3, 3, 6144)
+    run = job.steps["329.2"]
+    assert (run.gpus, run.cpus, run.mem_alloc_mb, run.elapsed_s, run.state) == (1, 1, 2048, 8, "COMPLETED")
+    assert run.cpu_eff == pytest.approx(4.039 / 8)
+    assert run.mem_used_mb == pytest.approx(537416 / 1024) and run.mem_eff == pytest.approx(537416 / 1024 / 2048)
+    assert run.timelimit_s == 1200 and run.gpu_type == "l40s"

@@ -22,16 +22,13 @@ from pathlib import Path
 from ...environment import with_user_settings
 from ...records import STOPPED, Plan, StopRecord, read_record
 from ...rundir.run_log import LAUNCH_ID, hangs, record_health, record_stop
-from ...cluster.slurm import job_restarts, requeue, requeue_without, srun_per_node
+from ...cluster.slurm import PACK_SLOT, job_restarts, requeue, requeue_without, srun_per_node
 from ...rundir import batch_changes, capture, memory_raises, metrics_log
 from .lock import RunLock
 
 
 def torchrun_command(plan: Plan, script: str, script_args: list[str]) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *plan.torchrun, script, *script_args]
-
-
-PACK_SLOT = "AIRETRAIN_PACK_SLOT"   # set by a pack's driver (commands/pack_run.py): this run's place in its allocation
 
 
 def srun_command(plan: Plan, inner: list[str], env=None) -> list[str]:
