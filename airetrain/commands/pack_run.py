@@ -5,7 +5,7 @@ The node is checked once (health.preflight, as a run's own job does first), and 
 dataset; the others are given its stage record, since they read the same dataset from the same fast root.
 Then every run's launch starts at once, each its own SLURM step with --exact and its own GPUs, memory and
 rendezvous port (launch.srun_command); outside SLURM, its own processes with its share of the visible GPUs.
-Each run that finished is promoted. A run stopped at the job's deadline does not requeue the job itself, as
+Each run is promoted as soon as it finished. A run stopped at the job's deadline does not requeue the job itself, as
 the runs beside it may still be saving: once every run has ended, the job is requeued once, and each run
 resumes from its own checkpoint.
 """
@@ -16,6 +16,7 @@ import os
 import shlex
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..plan.step_commands import command, run_paths
@@ -35,25 +36,29 @@ def run_pack(runs: list[str], python: str, script: str, project_dir: str) -> int
     staged = Path(paths[first]["stage"]).read_text()
     for run in runs[1:]:   # the same dataset on the same fast root: the first run's copy serves
         Path(paths[run]["stage"]).write_text(staged)
-    launches = {run: _launch(slot, run, paths[run], plans[run], python, script) for slot, run in enumerate(runs)}
-    codes = {run: proc.wait() for run, proc in launches.items()}
-    print("pack: " + ", ".join(f"{run} exit {code}" for run, code in codes.items()), flush=True)
-    for run, code in codes.items():
+    def train_and_promote(slot: int, run: str) -> int:   # each run promoted as soon as it finished
+        p = paths[run]
+        code = _launch(slot, run, p, plans[run], python, script).wait()
         if code == 0:
-            p = paths[run]
-            _step(command("promote", python=python, plan=p["plan"], train=p["train"], out=p["checkpoint"],
-                          record=p["record"], project_dir=project_dir), run, "promote")
+            code = _step(command("promote", python=python, plan=p["plan"], train=p["train"], out=p["checkpoint"],
+                                 record=p["record"], project_dir=project_dir), run, "promote", check=False)
+        return code
+
+    with ThreadPoolExecutor(len(runs)) as pool:
+        codes = dict(zip(runs, pool.map(train_and_promote, range(len(runs)), runs)))
+    print("pack: " + ", ".join(f"{run} exit {code}" for run, code in codes.items()), flush=True)
     stopped = [run for run in runs if (Path(paths[run]["out"]) / STOPPED).exists()]
     if stopped and all(codes[r] in (0, EXIT_STOPPED) for r in runs):
         return _requeue(stopped, plans)
     return next((code for code in codes.values() if code != 0), 0)
 
 
-def _step(cmd: str, run: str, name: str) -> None:
+def _step(cmd: str, run: str, name: str, check: bool = True) -> int:
+    """One of a run's steps, its output in the run's log of that step (where the rules put it)."""
     log = Path(f"logs/{run}/{name}.log")
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as out:
-        subprocess.run(shlex.split(cmd), stdout=out, stderr=subprocess.STDOUT, check=True)
+        return subprocess.run(shlex.split(cmd), stdout=out, stderr=subprocess.STDOUT, check=check).returncode
 
 
 def _launch(slot: int, run: str, p: dict, plan, python: str, script: str) -> subprocess.Popen:

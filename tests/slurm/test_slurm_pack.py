@@ -1,6 +1,7 @@
 """Many small runs, few allocations, on the SLURM test cluster (Aire's shape: 3 GPUs a node): six one-GPU
 seeds with pack: auto share two allocations, each run its own SLURM step with its own GPU; the same six
-seeds with pack: none, in the same pipeline, are six jobs and the reference for the weights.
+seeds with pack: none, in the same pipeline, are six jobs and the reference for the weights. A packed job
+at its deadline stops every run, requeues once, and each run resumes and finishes.
 
 What each rank saw is written by the test's own model (its CUDA_VISIBLE_DEVICES, SLURM's job and step ids),
 and the jobs and steps are SLURM's accounting; the weights are the checkpoints' bytes."""
@@ -10,8 +11,11 @@ import json
 import pytest
 import torch
 
-from conftest import ending_what_it_starts, read_json, run, slurm_state, write_config
-from test_slurm import slurm_snakemake, submitted_since, unique
+from airetrain.rundir.run_log import sessions, stops
+from conftest import (assert_identical, ending_what_it_starts, final_state, read_json, run, slurm_state, snakemake_cmd,
+                      spawn, wait_for, write_config)
+from test_slurm import SLURM_ARGS, submitted_since, unique
+from user_code import write_ownlab
 
 pytestmark = pytest.mark.slurm
 SEEDS = list(range(6))
@@ -40,18 +44,35 @@ ONE_GPU = {"device": "cpu", "gpus": 1, "precision": "fp32", "cpus_per_rank": 1, 
 
 @pytest.fixture(scope="module")
 def packed(slurm_cluster, tmp_path_factory):
+    """One pipeline: six seeds packed (p) and the same six unpacked (u); and two seeds packed into a 4-minute
+    job that stops them 90 s in (held), held at a second a step (132 steps, tests/user_code.py's paced
+    small_cnn) until both stopped; its job requeues, and both resume and finish. ref: held's seed 0 unpacked
+    and unheld, for its weights. Every job has a $TMPDIR of its own, purged when it ends, as Aire's."""
     with ending_what_it_starts(slurm_cluster):
         work = tmp_path_factory.mktemp("pack")
         (work / "gpulab.py").write_text(NOTED)
         (work / "seen").mkdir()
-        model = {"name": "gpulab:noted", "options": {"log": str(work / "seen")}}
+        write_ownlab(work)
+        noted = {"name": "gpulab:noted", "options": {"log": str(work / "seen")}}
+        timed = {"time_min": {"stage": 1, "train": 2, "promote": 1}, "train": {"epochs": 6},
+                 "checkpoint": {"every_steps": 10, "stop_margin_min": 2.5, "max_requeues": 20}}
         cfg = write_config(work / "config.yaml", {
             "roots": {"scratch": str(work / "scratch")},
-            "runs": {"p": {**ONE_GPU, "model": model, "pack": "auto"}, "u": {**ONE_GPU, "model": model}}})
+            "runs": {"p": {**ONE_GPU, "model": noted, "pack": "auto"}, "u": {**ONE_GPU, "model": noted},
+                     "held": {**ONE_GPU, **timed, "seeds": [0, 1], "pack": "auto",
+                              "model": {"name": "ownlab.lab:paced"}},
+                     "ref": {**ONE_GPU, "seeds": [0], "train": {"epochs": 6}}}})
+        hold = work / "hold"
+        hold.touch()
         env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work)),
-               "PYTHONPATH": str(work)}
+               "AIRETRAIN_LAB_JOB_TMPDIR": "1", "HOLD": str(hold), "PYTHONPATH": str(work)}
         since = run(["date", "+%Y-%m-%dT%H:%M:%S"]).stdout.strip()
-        slurm_snakemake(work, cfg, env, "--jobs", "8")
+        proc = spawn(snakemake_cmd(work, cfg, *SLURM_ARGS, "--jobs", "8"), work / "snakemake.log", cwd=work, env=env)
+        runs = work / "scratch" / "airetrain"
+        wait_for(lambda: all(stops(runs / f"held-seed{seed}") for seed in (0, 1)), timeout=400,
+                 what="both held runs' deadline stops")
+        hold.unlink()
+        assert proc.wait(timeout=900) == 0, (work / "snakemake.log").read_text()[-5000:]
         return work, submitted_since(env, since, work), env
 
 
@@ -66,7 +87,9 @@ def test_six_seeds_packed_are_two_jobs_each_run_a_step_with_a_gpu_of_its_own(pac
         by_job.setdefault(seen(work, f"p-seed{seed}")["SLURM_JOB_ID"], []).append(seen(work, f"p-seed{seed}"))
     assert len(by_job) == 2 and all(len(runs) == 3 for runs in by_job.values())
     unpacked = {seen(work, f"u-seed{seed}")["SLURM_JOB_ID"] for seed in SEEDS}
-    assert len(unpacked) == 6 and set(jobs) == set(by_job) | unpacked   # nothing else was submitted
+    others = {read_json(work / f"results/{r}/train.json")["slurm_job_id"] for r in ("held-seed0", "held-seed1",
+                                                                                     "ref-seed0")}
+    assert len(unpacked) == 6 and set(jobs) == set(by_job) | unpacked | others   # nothing else was submitted
     for job_id, runs in by_job.items():
         assert sorted(r["CUDA_VISIBLE_DEVICES"] for r in runs) == ["0", "1", "2"]   # no GPU shared
         assert len({r["SLURM_STEP_ID"] for r in runs}) == 3
@@ -108,3 +131,22 @@ def test_the_report_gives_each_packed_run_its_own_steps_share(packed):
         assert (ours["gpus"], ours["cpus"], float(ours["mem_alloc_mb"])) == \
             (theirs["gpus"], theirs["cpus"], float(theirs["mem_alloc_mb"])) == ("1", "1", 2048.0)
         assert float(ours["elapsed_s"]) == float(elapsed)
+
+
+def test_a_packed_job_at_its_deadline_stops_every_run_requeues_once_and_each_resumes(packed):
+    work, _, env = packed
+    runs = work / "scratch" / "airetrain"
+    jobs = set()
+    for seed in (0, 1):
+        lives = sessions(runs / f"held-seed{seed}")
+        jobs |= {life["slurm_job_id"] for life in lives}
+        assert len(lives) >= 2 and all(life["resumed_from_step"] > 0 for life in lives[1:]), lives
+        assert {s["action"] for s in stops(runs / f"held-seed{seed}")} == {"stopped: its pack requeues the job"}
+        trained = read_json(work / f"results/held-seed{seed}/train.json")
+        steps = [json.loads(line)["step"] for line in open(work / f"results/held-seed{seed}/metrics.jsonl")
+                 if '"loss"' in line]
+        assert steps == sorted(set(steps)) and steps[-1] == trained["steps"]   # each step once, to the end
+    assert len(jobs) == 1   # one job for both, requeued by SLURM rather than submitted again
+    shown = run(["scontrol", "show", "job", jobs.pop()], env=env).stdout
+    assert "Restarts=0" not in shown and "JobState=COMPLETED" in shown, shown
+    assert_identical(final_state(work / "results/held-seed0", work), final_state(work / "results/ref-seed0", work))
