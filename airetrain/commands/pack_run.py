@@ -76,11 +76,12 @@ def _launch(slot: int, run: str, p: dict, plan, python: str, script: str) -> sub
 
 def _requeue(stopped: list[str], plans: dict) -> int:
     """Every run ended and some stopped at the deadline with a checkpoint: requeue the job once."""
-    from ..cluster.slurm import requeue
+    from ..cluster.slurm import job_restarts, requeue
     from ..train.launcher.launch import EXIT_STOPPED
     job_id = os.environ.get("SLURM_JOB_ID")
     cap = min(plans[r].config.checkpoint.max_requeues for r in stopped)
-    restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    # SLURM's count, as the launch reads it: the rule's shell has lost SLURM_RESTART_COUNT
+    restarts = job_restarts(job_id) if job_id else 0
     if not job_id or restarts >= cap or not all(plans[r].config.checkpoint.requeue for r in stopped):
         print(f"pack: {', '.join(stopped)} stopped with a checkpoint; not requeued: exiting {EXIT_STOPPED}", flush=True)
         return EXIT_STOPPED

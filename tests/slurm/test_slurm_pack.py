@@ -103,8 +103,8 @@ def test_six_seeds_packed_are_two_jobs_each_run_a_step_with_a_gpu_of_its_own(pac
 def test_each_packed_run_ends_with_the_weights_of_the_same_seed_unpacked(packed):
     work, _, _ = packed
     for seed in SEEDS:
-        ours, theirs = (torch.load(read_json(work / f"results/{r}-seed{seed}/checkpoint.json")["path"],
-                                   weights_only=True)["model"] for r in ("p", "u"))
+        paths = [read_json(work / f"results/{r}-seed{seed}/checkpoint.json")["path"] for r in ("p", "u")]
+        ours, theirs = (torch.load(path, weights_only=True)["model"] for path in paths)
         assert ours.keys() == theirs.keys()
         assert all(torch.equal(ours[k], theirs[k]) for k in ours), seed
 
