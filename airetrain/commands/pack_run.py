@@ -71,7 +71,8 @@ def _launch(slot: int, run: str, p: dict, plan, python: str, script: str) -> sub
     log = Path(f"logs/{run}/train.log")
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = command("launch", python=python, plan=p["plan"], stage=p["stage"], out=p["out"], script=script)
-    return subprocess.Popen(shlex.split(cmd), env=env, stdout=open(log, "a"), stderr=subprocess.STDOUT)
+    with open(log, "a") as out:   # the child keeps its own copy of the file
+        return subprocess.Popen(shlex.split(cmd), env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def _requeue(stopped: list[str], plans: dict) -> int:

@@ -131,8 +131,12 @@ def partition(wildcards):
 
 
 def account(wildcards):
+    return run_account(wildcards.run)
+
+
+def run_account(run):
     """The run's account (its config's, else $SBATCH_ACCOUNT), else the profile's, else none (sbatch's default)."""
-    return PLANS[wildcards.run].slurm.account or PROFILE_ACCOUNT or ""
+    return PLANS[run].slurm.account or PROFILE_ACCOUNT or ""
 
 
 def minutes(step):

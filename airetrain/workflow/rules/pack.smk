@@ -31,7 +31,7 @@ for _pack, _members in PACKS.items():
             mem_mb=_request["mem_mb"],
             gres=f"gpu:{_request['gpus']}",
             slurm_partition=_first.slurm.partition,
-            slurm_account=_first.slurm.account or PROFILE_ACCOUNT or "",
+            slurm_account=run_account(_members[0]),
             slurm_extra=_first.slurm.extra,
             qos=lambda w, qos=_first.slurm.qos: qos,
             mpi="srun",
