@@ -117,6 +117,11 @@ def step_path(folder: Path, slot: int | str, index: int | str) -> Path:
     return folder / f"slot{slot}" / f"step{index}.json"
 
 
+def wave_path(folder: Path, group: int | str, index: int | str) -> Path:
+    """A packed search's wave (a group of slots taking their step `index` together), under tune_folder."""
+    return folder / f"group{group}" / f"wave{index}.json"
+
+
 def trial_name(tune: str, number: int) -> str:
     return f"{tune}-t{number:03d}"
 

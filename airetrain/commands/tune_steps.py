@@ -1,6 +1,7 @@
 """The tune's commands, which the workflow's rules run on the submitting side (local rules):
 
     airetrain tune-step  --plan results/<tune>/plan.json --settings-json ... --slot S --step K --out FILE
+    airetrain tune-wave  --plan results/<tune>/plan.json --settings-json ... --group G --wave K --out FILE
     airetrain tune-table --plan results/<tune>/plan.json --out results/<tune>
 
 A command, not a stage: a step plans the trial the study proposes (plan/search.py), so that a trial whose
@@ -15,17 +16,39 @@ from ..errors import ConfigError
 
 
 def _step(args) -> None:
+    from ..search_space import step_path, tune_folder
+    from ..tune.steps import decide
+
+    tuned, results, refused = _study_side(args)
+    if Path(args.out).resolve() != step_path(tune_folder(tuned.run, results), args.slot, args.step).resolve():
+        raise ConfigError(f"--out {args.out} is not the file of step {args.step} of slot {args.slot}")
+    print(json.dumps(decide(tuned, args.slot, args.step, results, refused)))
+
+
+def _wave(args) -> None:
+    from ..plan.packing import slot_groups, wave_size
+    from ..search_space import slots, tune_folder, wave_path
+    from ..tune.steps import decide_wave
+
+    tuned, results, refused = _study_side(args)
+    if Path(args.out).resolve() != wave_path(tune_folder(tuned.run, results), args.group, args.wave).resolve():
+        raise ConfigError(f"--out {args.out} is not the file of wave {args.wave} of group {args.group}")
+    site = args.settings.site
+    count = slots(tuned.config, site.max_gpus_per_user)
+    group = slot_groups(count, wave_size(tuned, count, site))[args.group]
+    print(json.dumps(decide_wave(tuned, args.group, group, args.wave, results, refused)))
+
+
+def _study_side(args):
+    """(the tuned run's plan, the results folder, refused(trial, params): why the trial's plan is refused, or None)."""
     from ..plan.planner import plan_rung
     from ..records import Plan, read_record
     from ..run_config import Settings
-    from ..search_space import ladder, parse_trial, step_path, tune_folder
-    from ..tune.steps import decide
+    from ..search_space import ladder, parse_trial
 
     tuned = read_record(args.plan, Plan)
-    settings = Settings.from_dict(json.loads(args.settings_json))
+    args.settings = settings = Settings.from_dict(json.loads(args.settings_json))
     results = Path(args.plan).parents[1]
-    if Path(args.out).resolve() != step_path(tune_folder(tuned.run, results), args.slot, args.step).resolve():
-        raise ConfigError(f"--out {args.out} is not the file of step {args.step} of slot {args.slot}")
 
     def refused(name: str, params: dict) -> str | None:
         try:
@@ -34,7 +57,7 @@ def _step(args) -> None:
             return str(e)
         return None
 
-    print(json.dumps(decide(tuned, args.slot, args.step, results, refused)))
+    return tuned, results, refused
 
 
 def _table(args) -> None:
@@ -99,6 +122,13 @@ def add_parsers(sub) -> None:
     p.add_argument("--step", type=int, required=True)
     p.add_argument("--out", required=True, help="the step's file (results/<tune>/tune/slot<S>/step<K>.json)")
     p.set_defaults(func=_step)
+    p = sub.add_parser("tune-wave", help="(the workflow's) a packed search's wave: its group's slots step together")
+    p.add_argument("--plan", required=True, help="the tuned run's plan.json")
+    p.add_argument("--settings-json", required=True, help="the config's roots and site, as JSON")
+    p.add_argument("--group", type=int, required=True)
+    p.add_argument("--wave", type=int, required=True)
+    p.add_argument("--out", required=True, help="the wave's file (results/<tune>/tune/group<G>/wave<K>.json)")
+    p.set_defaults(func=_wave)
     p = sub.add_parser("tune-table", help="(the workflow's) the search's table and its best trial's weights")
     p.add_argument("--plan", required=True, help="the tuned run's plan.json")
     p.add_argument("--out", required=True, help="the folder of tune.csv, tune.md and tune.html")

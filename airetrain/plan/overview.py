@@ -7,7 +7,8 @@ from ..run_config import Site
 from ..rundir.batch_changes import changes, with_changes
 from ..rundir.memory_raises import raises
 from ..text import aligned
-from .packing import packs
+from ..search_space import slots
+from .packing import packs, wave_size
 
 
 def format_table(plans: dict[str, Plan], site: Site | None = None) -> str:
@@ -32,7 +33,18 @@ def format_table(plans: dict[str, Plan], site: Site | None = None) -> str:
                if (c := changes(p.durable_dir)) and (b := with_changes(p).batch) != p.batch]
     packed = [f"{', '.join(members)}: one allocation ({name}), {sum(plans[m].gpus for m in members)} GPUs, each run "
               "a step with its own" for name, members in (packs(plans, site) if site else {}).items()]
-    return "\n".join([*aligned([header, *rows], rule=True), *measured, *raised, *changed, *packed])
+    return "\n".join([*aligned([header, *rows], rule=True), *measured, *raised, *changed, *packed,
+                      *(_waves(plans, site) if site else [])])
+
+
+def _waves(plans: dict[str, Plan], site: Site) -> list[str]:
+    """A line for each search whose trials' rungs share allocations (a search in waves)."""
+    out = []
+    for name, p in plans.items():
+        if p.config.tune and (size := wave_size(p, count := slots(p.config, site.max_gpus_per_user), site)) > 1:
+            out.append(f"{name}: its {count} trials at once in waves of {size}, each wave's rungs one allocation "
+                       f"({size * p.gpus} GPUs), each rung a step with its own")
+    return out
 
 
 def _batch(p: Plan) -> str:

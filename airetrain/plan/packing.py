@@ -7,6 +7,10 @@ starts from another run's weights (it waits for that run). Runs are packed in th
 the runs that ask SLURM for the same partition, account, QoS, time limit and options and read the same
 dataset (staged once for them all), while the node's GPUs, cores and memory hold them; pack N caps a pack
 at N runs. A pack of one is an ordinary run.
+
+A search's trials are asked for one by one, so they are never ready together in the plan: a search that
+packs (wave_size) goes in waves instead. Its slots are split into groups of what one allocation holds; the
+slots of a group take each step together, and the rungs of that step train side by side in one allocation.
 """
 from __future__ import annotations
 
@@ -17,8 +21,27 @@ PACK_PREFIX = "pack-"
 
 
 def packable(plan: Plan, site: Site) -> bool:
+    return _part_of_a_node(plan, site) and not plan.config.model.init_from and plan.tune_keys is None
+
+
+def _part_of_a_node(plan: Plan, site: Site) -> bool:
     return (plan.config.pack != "none" and plan.nodes == 1 and 0 < plan.gpus < site.gpus_per_node
-            and not plan.config.model.init_from and plan.evaluates is None and plan.tune_keys is None)
+            and plan.evaluates is None)
+
+
+def wave_size(tuned: Plan, slots: int, site: Site) -> int:
+    """How many of a search's slots take their steps together, their rungs in one allocation: what a node holds
+    of its trials (GPUs, cores, memory), at most pack N and the slots; 1 where it does not pack."""
+    if not _part_of_a_node(tuned, site) or slots < 2:
+        return 1
+    cap = tuned.config.pack if isinstance(tuned.config.pack, int) else slots
+    return max(1, min(slots, cap, site.gpus_per_node // tuned.gpus, site.cores_per_node // tuned.cpus_per_node,
+                      site.mem_gb_per_node * 1024 // tuned.slurm.mem_mb))
+
+
+def slot_groups(slots: int, size: int) -> list[range]:
+    """The groups of a search's slots that step together: consecutive slots, size at a time."""
+    return [range(first, min(slots, first + size)) for first in range(0, slots, size)]
 
 
 def _together(plan: Plan) -> tuple:

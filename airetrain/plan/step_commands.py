@@ -18,6 +18,8 @@ STEPS = {
     "report": ("report", "--results", "{results}", "--out", "{out}"),
     "tune_step": ("tune-step", "--plan", "{plan}", "--settings-json", "{settings_json}", "--slot", "{slot}",
                   "--step", "{index}", "--out", "{out}"),
+    "tune_wave": ("tune-wave", "--plan", "{plan}", "--settings-json", "{settings_json}", "--group", "{group}",
+                  "--wave", "{index}", "--out", "{out}"),
     "tune_table": ("tune-table", "--plan", "{plan}", "--out", "{out}"),
 }
 

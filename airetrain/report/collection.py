@@ -33,7 +33,7 @@ STEPS = ("stage", "train", "promote")
 COLUMNS = {
     "run": "run name (for --jobs/--since: the job's name)",
     "state": ("done: trained and promoted; trained: not promoted; stopped: stopped early, will resume; "
-              "missing: no train.json"),
+              "missing: no train.json; pack: the whole job that packed runs shared (their rows are their shares)"),
     "job_id": "SLURM job id (empty outside SLURM)",
     "job_state": "SLURM's final state (COMPLETED, TIMEOUT, OUT_OF_MEMORY, CANCELLED, FAILED, RUNNING, MISSING)",
     "status": "what to know about the figures (running: so far; requeued N x; not in accounting; accounting "
@@ -161,8 +161,7 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
     row["state"] = "stopped" if stopped and train is None else \
         "missing" if train is None else ("done" if promoted else "trained")
     job = lookup(accounting or {}, str((train or {}).get("slurm_job_id")))
-    if job and (step := (train or {}).get("slurm_step")) in job.steps:   # a packed run: its share of the job
-        job = job.steps[step]
+    job = packed_share(job, train or {}, run_dir.name) or job   # a packed run: its share of the job
     bench = _benchmarks(run_dir)
     if job:
         row.update(job_row(job))
@@ -207,6 +206,34 @@ def run_row(run_dir: Path, accounting: dict | None = None, unavailable: str | No
                                 for name, t in (train.get("tracking") or {}).items() if t.get("lost")} or None
         row["next_request"] = next_request(run_dir, plan, row) if plan else None
     return row
+
+
+def packed_share(job: Job | None, train: dict, run: str) -> Job | None:
+    """A packed run's own step of its job: the one its trainer recorded, else (a script's train.json is written
+    outside the step) the step named after the run; None for a run with a job of its own."""
+    if job is None:
+        return None
+    if (step := train.get("slurm_step")) in job.steps:
+        return job.steps[step]
+    return next((share for share in reversed(job.steps.values()) if share.step_name == run), None)
+
+
+def pack_rows(results: str | Path, runs: list[str], accounting: dict) -> list[dict]:
+    """A row for each job that packed runs shared (each run's row is its share): the whole allocation's figures,
+    named after its first run as the plan names the pack."""
+    packed: dict[str, list[str]] = {}
+    for run in runs:
+        train = read_json(p) if (p := Path(results) / run / "train.json").exists() else {}
+        job = lookup(accounting, str(train.get("slurm_job_id")))
+        if packed_share(job, train, run):
+            packed.setdefault(job.job_id, []).append(run)
+    rows = []
+    for job_id, members in packed.items():
+        row = job_row(lookup(accounting, job_id))
+        row.update(run=f"pack-{members[0]}", state="pack",
+                   status="; ".join(filter(None, [f"shared by {', '.join(members)}", row.get("status")])))
+        rows.append(row)
+    return rows
 
 
 def health_figures(plan: Plan, train: dict | None) -> dict:
@@ -261,6 +288,7 @@ def table(results: str | Path, runs: list[str], energy: dict | None = None) -> p
     except AccountingUnavailable as e:   # the runs' own figures still make the table
         accounting, unavailable = None, str(e)
     rows = [run_row(Path(results) / run, accounting, unavailable) for run in runs]
+    rows += pack_rows(results, runs, accounting or {})
     return _finish(rows, seff_check({j: job for j in job_ids if (job := lookup(accounting, j))})
                    if accounting else {}, energy)
 

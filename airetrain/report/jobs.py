@@ -94,6 +94,7 @@ class Job:
     late_start_record: bool = False    # accounting has not yet recorded the job's start
     step_ids: list[str] = field(default_factory=list)
     steps: dict[str, "Job"] = field(default_factory=dict)   # each step folded as a job of its own (a packed run's)
+    step_name: str = ""                # a step's own name (a packed run's step is named after the run)
 
     @property
     def cpu_eff(self) -> float | None:
@@ -186,7 +187,7 @@ def _step_share(job: Job, row: dict) -> None:
                 exit_code=row["ExitCode"], elapsed_s=seconds(row["Elapsed"]), timelimit_s=job.timelimit_s,
                 cpus=int(float(alloc.get("cpu") or row["AllocCPUS"] or 0)), nodes=int(row["NNodes"] or 0) or 1,
                 gpus=int(float(alloc.get("gres/gpu", 0) or 0)), gpu_type=job.gpu_type,
-                mem_alloc_mb=size_mb(alloc.get("mem", "")), runs=job.runs)
+                mem_alloc_mb=size_mb(alloc.get("mem", "")), runs=job.runs, step_name=row["JobName"])
     share.elapsed_all_runs_s = share.elapsed_s
     _step(share, row)
     job.steps[row["JobID"]] = share

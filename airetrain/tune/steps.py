@@ -12,6 +12,9 @@ evaluation, with the epochs trained as the step. Nothing waits for a whole rung:
 as its own rung ends. The chains only grow: each decision is kept in the study, and a step taken again
 (Snakemake reruns it) decides what it decided. A step that died half way is taken again: a trial asked
 for this step is found by its slot and step, and a rung already told is not told twice.
+
+A search that packs (plan/packing.py) goes in waves: a group of slots takes its step k together (decide_wave),
+and the rungs it decided train side by side in one allocation. Each slot's chain is the same as above.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from ..direction import direction
 from ..fsutil import read_json, write_json_atomic
 from ..records import Plan
 from ..search_space import (ladder, parameters, parse_trial, rung_name, step_path, trial_file, trial_name,
-                            tune_folder)
+                            tune_folder, wave_path)
 from .study import open_study, suggest
 
 
@@ -53,6 +56,24 @@ def decide(tuned: Plan, slot: int, index: int, results: str | Path = "results", 
             study.set_user_attr(key, decision)
     write_json_atomic(step_path(folder, slot, index), decision)
     return decision
+
+
+def decide_wave(tuned: Plan, group: int, slots: range, index: int, results: str | Path = "results",
+                refused=None) -> dict:
+    """A wave's decisions, written to its file: {rungs: [the rung runs to train side by side], done}. Each slot of
+    the group still going takes its step `index` (decide); a slot whose chain ended earlier takes none."""
+    folder = tune_folder(tuned.run, results)
+    rungs = []
+    for slot in slots:
+        earlier = chain(folder, slot)[:index]
+        if index and (len(earlier) < index or earlier[-1].get("done")):
+            continue
+        decision = decide(tuned, slot, index, results, refused)
+        if not decision.get("done"):
+            rungs.append(rung_name(decision["trial"], decision["epochs"]))
+    wave = {"rungs": rungs, "done": not rungs}
+    write_json_atomic(wave_path(folder, group, index), wave)
+    return wave
 
 
 def evaluations(folder: Path, metric: str, after: int, upto: int) -> tuple[list[tuple[int, float]], bool]:

@@ -52,12 +52,14 @@ def rows(tuned: Plan, results: str | Path = "results") -> list[dict]:
 
 def _hours(results: Path, run: str | None, rungs: list[int], tuned: Plan) -> float:
     """The trial's train steps' wall hours x the devices each held (GPUs; ranks on CPU), from Snakemake's
-    benchmark of each rung's train step."""
+    benchmark of each rung's train step; for a rung trained in a wave (no step of its own), its trainer's seconds."""
     devices, hours = tuned.gpus or tuned.world_size, 0.0
     for epochs in rungs if run else []:
         bench = results / rung_name(run, epochs) / "benchmarks" / "train.tsv"
         if bench.exists():
             hours += float(pd.read_csv(bench, sep="\t")["s"].iloc[-1]) / 3600 * devices
+        elif (train := results / rung_name(run, epochs) / "train.json").exists():
+            hours += (read_json(train).get("train_seconds") or 0) / 3600 * devices
     return round(hours, 5)
 
 

@@ -1,7 +1,8 @@
 """Many small runs, few allocations, on the SLURM test cluster (Aire's shape: 3 GPUs a node): six one-GPU
 seeds with pack: auto share two allocations, each run its own SLURM step with its own GPU; the same six
 seeds with pack: none, in the same pipeline, are six jobs and the reference for the weights. A packed job
-at its deadline stops every run, requeues once, and each run resumes and finishes.
+at its deadline stops every run, requeues once, and each run resumes and finishes. A search of 9 trials, 3 at
+once, goes in waves: each wave's rungs share one allocation, and a promoted rung resumes its trial.
 
 What each rank saw is written by the test's own model (its CUDA_VISIBLE_DEVICES, SLURM's job and step ids),
 and the jobs and steps are SLURM's accounting; the weights are the checkpoints' bytes."""
@@ -40,11 +41,16 @@ def noted(meta, cfg):
 ONE_GPU = {"device": "cpu", "gpus": 1, "precision": "fp32", "cpus_per_rank": 1, "mem_gb_per_rank": 2,
            "data": {"name": "digits"}, "batch": {"global": 64, "per_device": 64}, "train": {"epochs": 2},
            "time_min": {"stage": 5, "train": 10, "promote": 5}, "seeds": SEEDS}
+UNSEEDED = {key: value for key, value in ONE_GPU.items() if key != "seeds"}
+LADDER = (1, 3, 9)
+SEARCH = {"space": {"optim.lr": {"loguniform": [1.0e-3, 1.0e-1]}}, "trials": 9, "parallel": 3,
+          "sampler": {"tpe": {"seed": 0}}, "pruner": {"successive_halving": {"min_epochs": 1, "reduction": 3}}}
 
 
 @pytest.fixture(scope="module")
 def packed(slurm_cluster, tmp_path_factory):
-    """One pipeline: six seeds packed (p) and the same six unpacked (u); and two seeds packed into a 4-minute
+    """One pipeline: six seeds packed (p) and the same six unpacked (u); a search in waves (sp); and two seeds
+    packed into a 4-minute
     job that stops them 90 s in (held), held at a second a step (132 steps, tests/user_code.py's paced
     small_cnn) until both stopped; its job requeues, and both resume and finish. ref: held's seed 0 unpacked
     and unheld, for its weights. Every job has a $TMPDIR of its own, purged when it ends, as Aire's."""
@@ -61,7 +67,9 @@ def packed(slurm_cluster, tmp_path_factory):
             "runs": {"p": {**ONE_GPU, "model": noted, "pack": "auto"}, "u": {**ONE_GPU, "model": noted},
                      "held": {**ONE_GPU, **timed, "seeds": [0, 1], "pack": "auto",
                               "model": {"name": "ownlab.lab:paced"}},
-                     "ref": {**ONE_GPU, "seeds": [0], "train": {"epochs": 6}}}})
+                     "ref": {**ONE_GPU, "seeds": [0], "train": {"epochs": 6}},
+                     "sp": {**UNSEEDED, "train": {"epochs": LADDER[-1]}, "model": noted, "pack": "auto",
+                            "tune": SEARCH}}})
         hold = work / "hold"
         hold.touch()
         env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work)),
@@ -80,6 +88,12 @@ def seen(work, run_name):
     return json.loads((work / "seen" / f"{run_name}-0.json").read_text())
 
 
+def search_rungs(work) -> list[str]:
+    """The rungs the search trained, by the trials in its table and the results folders there are."""
+    trials = [row["run"] for row in csv.DictReader(open(work / "results/sp/tune.csv"))]
+    return [f"{t}-e{e}" for t in trials for e in LADDER if (work / f"results/{t}-e{e}/train.json").exists()]
+
+
 def test_six_seeds_packed_are_two_jobs_each_run_a_step_with_a_gpu_of_its_own(packed):
     work, jobs, env = packed
     by_job = {}
@@ -89,7 +103,8 @@ def test_six_seeds_packed_are_two_jobs_each_run_a_step_with_a_gpu_of_its_own(pac
     unpacked = {seen(work, f"u-seed{seed}")["SLURM_JOB_ID"] for seed in SEEDS}
     others = {read_json(work / f"results/{r}/train.json")["slurm_job_id"] for r in ("held-seed0", "held-seed1",
                                                                                      "ref-seed0")}
-    assert len(unpacked) == 6 and set(jobs) == set(by_job) | unpacked | others   # nothing else was submitted
+    waves = {seen(work, rung)["SLURM_JOB_ID"] for rung in search_rungs(work)}
+    assert len(unpacked) == 6 and set(jobs) == set(by_job) | unpacked | others | waves   # nothing else was submitted
     for job_id, runs in by_job.items():
         assert sorted(r["CUDA_VISIBLE_DEVICES"] for r in runs) == ["0", "1", "2"]   # no GPU shared
         assert len({r["SLURM_STEP_ID"] for r in runs}) == 3
@@ -150,3 +165,26 @@ def test_a_packed_job_at_its_deadline_stops_every_run_requeues_once_and_each_res
     shown = run(["scontrol", "show", "job", jobs.pop()], env=env).stdout
     assert "Restarts=0" not in shown and "JobState=COMPLETED" in shown, shown
     assert_identical(final_state(work / "results/held-seed0", work), final_state(work / "results/ref-seed0", work))
+
+
+def test_a_search_trains_its_ready_rungs_side_by_side_and_a_promoted_rung_resumes_its_trial(packed):
+    work, jobs, env = packed
+    rungs = search_rungs(work)
+    table = list(csv.DictReader(open(work / "results/sp/tune.csv")))
+    assert len(table) == 9 and any(row["state"].startswith("pruned") for row in table)
+    by_job = {}
+    for rung in rungs:
+        by_job.setdefault(seen(work, rung)["SLURM_JOB_ID"], []).append(seen(work, rung))
+    # fewer allocations than rungs: the rungs decided together share one, each on a GPU and a step of its own
+    assert set(by_job) <= set(jobs) and len(by_job) < len(rungs) and max(map(len, by_job.values())) == 3
+    for job_id, ranks in by_job.items():
+        assert len({r["CUDA_VISIBLE_DEVICES"] for r in ranks}) == len({r["SLURM_STEP_ID"] for r in ranks}) == len(ranks)
+    resumed = 0
+    for row in table:
+        trained = [e for e in LADDER if f"{row['run']}-e{e}" in rungs]
+        for before, after in zip(trained, trained[1:]):   # the next rung went on from the last one's end
+            ended = read_json(work / f"results/{row['run']}-e{before}/train.json")["steps"]
+            assert read_json(work / f"results/{row['run']}-e{after}/train.json")["resumed_from_step"] == ended > 0
+            resumed += 1
+    assert resumed >= 1
+    print(f"search of 9 trials in waves: {len(rungs)} rungs in {len(by_job)} jobs")

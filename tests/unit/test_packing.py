@@ -43,3 +43,23 @@ def test_runs_asking_slurm_for_different_things_are_packed_apart(tmp_path):
     runs = {"a": {**ONE_GPU, "pack": "auto", "seeds": [0, 1]},
             "b": {**ONE_GPU, "pack": "auto", "seeds": [0, 1], "time_min": {"train": 300}}}
     assert packed(runs, tmp_path)[0] == {"pack-a-seed0": ("a-seed0", "a-seed1"), "pack-b-seed0": ("b-seed0", "b-seed1")}
+
+
+def test_a_search_that_packs_goes_in_waves_of_what_a_node_holds(tmp_path):
+    from airetrain.plan.packing import slot_groups, wave_size
+
+    tune = {"space": {"optim.lr": {"loguniform": [1e-4, 1e-1]}}, "trials": 9}
+    found, plans = packed({"s": {**ONE_GPU, "pack": "auto", "tune": {**tune, "parallel": 3}},
+                           "four": {**ONE_GPU, "pack": "auto", "tune": {**tune, "parallel": 4}},
+                           "capped": {**ONE_GPU, "pack": 2, "tune": {**tune, "parallel": 3}},
+                           "plain": {**ONE_GPU, "tune": {**tune, "parallel": 3}},
+                           "whole": {"gpus": 3, "pack": "auto", "batch": {"global": 96},
+                                     "tune": {**tune, "parallel": 2}}}, tmp_path)
+    site = plans.settings.site
+    assert found == {}   # a search's trials are never in a pack of the plan: its waves are
+    assert [wave_size(plans[n], p, site) for n, p in (("s", 3), ("four", 4), ("capped", 3), ("plain", 3),
+                                                      ("whole", 2))] == [3, 3, 2, 1, 1]
+    assert slot_groups(4, 3) == [range(0, 3), range(3, 4)] and slot_groups(3, 1) == [range(i, i + 1) for i in range(3)]
+    table = format_table(dict(plans), site)
+    assert "s: its 3 trials at once in waves of 3, each wave's rungs one allocation (3 GPUs)" in table
+    assert "plain:" not in table and "whole:" not in table

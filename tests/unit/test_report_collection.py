@@ -1,4 +1,5 @@
 """report/collection.py: a row per run or job, the trainer's figures joined with SLURM's, and the advice."""
+import json
 import time
 
 import pytest
@@ -70,3 +71,36 @@ def test_a_runs_best_value_its_epoch_and_an_early_stop_are_in_its_row_and_the_ta
     assert (row["best"], row["best_epoch"], row["stopped_early"]) == (0.4871, 2, 88)
     text = to_markdown(table(tmp_path / "results", ["r"]))
     assert "| best | best_epoch | stopped_early |" in text and "| 0.4871 | 2 | 88 |" in text
+
+
+def test_a_job_that_packed_runs_shared_keeps_a_row_of_its_own_beside_each_runs_share(tmp_path):
+    from airetrain.report.collection import pack_rows, run_row
+    from airetrain.report.jobs import parse
+    from test_report_jobs import PACK_SACCT   # a pack of three one-GPU runs, captured on the SLURM test cluster
+
+    runs = ["p-seed0", "p-seed1", "p-seed2", "alone"]
+    for run, step in zip(runs, ("329.1", "329.2", "329.3", None)):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "train.json").write_text(json.dumps({"slurm_job_id": "329", "slurm_step": step}
+                                                              if step else {"slurm_job_id": "400"}))
+    accounting = parse(PACK_SACCT)
+    assert run_row(tmp_path / "p-seed1", accounting)["gpus"] == 1   # each run: its step's share
+    (row,) = pack_rows(tmp_path, runs, accounting)   # the job whole, once; the run with a job of its own has none
+    assert (row["run"], row["state"], row["job_id"], row["gpus"], row["cpus"], row["mem_alloc_mb"]) == \
+        ("pack-p-seed0", "pack", "329", 3, 3, 6144)
+    assert row["status"].startswith("shared by p-seed0, p-seed1, p-seed2")
+
+
+def test_a_packed_scripts_share_is_its_step_named_after_it(tmp_path):
+    """A script's train.json is written outside its step, so it names no step: the step's name (the run's, as
+    the launch names it) finds its share."""
+    from airetrain.report.collection import run_row
+    from airetrain.report.jobs import parse
+    from test_report_jobs import PACK_SACCT
+
+    named = PACK_SACCT.replace("329.2|329.2|bash|", "329.2|329.2|mine-seed1|")
+    (tmp_path / "mine-seed1").mkdir()
+    (tmp_path / "mine-seed1" / "train.json").write_text(json.dumps({"slurm_job_id": "329"}))
+    row = run_row(tmp_path / "mine-seed1", parse(named))
+    assert (row["gpus"], row["cpus"], row["mem_alloc_mb"], row["elapsed_s"]) == (1, 1, 2048, 8)
+    assert run_row(tmp_path / "mine-seed1", parse(PACK_SACCT))["gpus"] == 3   # no step of its name: the job

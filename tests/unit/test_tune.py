@@ -7,8 +7,8 @@ import pytest
 
 from airetrain.errors import ConfigError
 from airetrain.plan.planner import plan_all, plan_rung
-from airetrain.search_space import parameters, rungs, step_path, trial_file, tune_folder
-from airetrain.tune.steps import chain, decide
+from airetrain.search_space import parameters, rungs, step_path, trial_file, tune_folder, wave_path
+from airetrain.tune.steps import chain, decide, decide_wave
 from airetrain.commands.tune_steps import report_names
 
 SPACE = {"optim.lr": {"loguniform": [1.0e-4, 1.0e-1]}, "model.width": {"choice": [8, 16]}}
@@ -157,6 +157,27 @@ def test_slots_ask_train_tell_and_prune_until_every_trial_is_asked(tmp_path):
     table = {r["trial"]: r for r in rows(tuned, results)}
     assert table[1]["state"] == "pruned at rung 0" and table[0]["at_3_epochs"] == 0.3
     assert [d.get("trial") for d in chain(tune_folder("cnn", results), 0)] == ["cnn-t000"] * 3
+
+
+def test_a_wave_steps_its_groups_slots_together_as_their_own_steps_would(tmp_path):
+    tuned, results = plans(tmp_path, {"cnn": TUNED})["cnn"], tmp_path / "results"
+    first = decide_wave(tuned, 0, range(2), 0, results)
+    assert first == {"rungs": ["cnn-t000-e1", "cnn-t001-e1"], "done": False}
+    assert json.loads(wave_path(tune_folder("cnn", results), 0, 0).read_text()) == first
+    rung_results(results, chain(tune_folder("cnn", results), 0)[0], {1: 0.5})
+    rung_results(results, chain(tune_folder("cnn", results), 1)[0], {1: 0.9})
+    # slot 0's trial promoted, slot 1's pruned and the third trial asked in its place: the same as test_slots_...
+    assert decide_wave(tuned, 0, range(2), 1, results)["rungs"] == ["cnn-t000-e3", "cnn-t002-e1"]
+    assert decide_wave(tuned, 0, range(2), 1, results)["rungs"] == ["cnn-t000-e3", "cnn-t002-e1"]   # taken again
+    rung_results(results, chain(tune_folder("cnn", results), 0)[1], {2: 0.4, 3: 0.3})
+    rung_results(results, chain(tune_folder("cnn", results), 1)[1], {1: 0.2})
+    assert decide_wave(tuned, 0, range(2), 2, results)["rungs"] == ["cnn-t000-e9", "cnn-t002-e3"]
+    rung_results(results, chain(tune_folder("cnn", results), 0)[2], {9: 0.1})
+    rung_results(results, chain(tune_folder("cnn", results), 1)[2], {3: 0.5})   # pruned: no fourth trial to ask
+    assert decide_wave(tuned, 0, range(2), 3, results) == {"rungs": [], "done": True}
+    assert [len(chain(tune_folder("cnn", results), slot)) for slot in (0, 1)] == [4, 4]
+    assert decide_wave(tuned, 0, range(2), 4, results) == {"rungs": [], "done": True}   # ended slots take no step
+    assert [len(chain(tune_folder("cnn", results), slot)) for slot in (0, 1)] == [4, 4]
 
 
 def test_a_step_taken_again_after_a_crash_neither_loses_nor_duplicates_a_trial(tmp_path):

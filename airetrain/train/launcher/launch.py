@@ -44,8 +44,9 @@ def srun_command(plan: Plan, inner: list[str], env=None) -> list[str]:
     exports += f"export AIRETRAIN_MASTER_PORT=$((10000 + (SLURM_JOB_ID + {slot * 4001}) % 20000)); "
     # our own torchrun args carry $VARIABLES meant for the task's shell; everything else is quoted
     words = [w if w.startswith("--") and "$" in w else shlex.quote(w) for w in inner]
-    share = ["--exact", f"--mem={plan.slurm.mem_mb}M", *([f"--gres=gpu:{plan.gpus}"] if plan.gpus else [])] \
-        if PACK_SLOT in env else []
+    # named after the run's results folder: sacct lists each run's step by name (the report finds a script's so)
+    share = ["--exact", f"--mem={plan.slurm.mem_mb}M", *([f"--gres=gpu:{plan.gpus}"] if plan.gpus else []),
+             f"--job-name={plan.results_dir.name}"] if PACK_SLOT in env else []
     return [*srun_per_node(plan.nodes, plan.cpus_per_node, env), *share, "bash", "-c",
             exports + "exec " + " ".join(words)]
 

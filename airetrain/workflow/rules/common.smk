@@ -23,11 +23,11 @@ from airetrain.plan.interpreter import rule_python
 from airetrain.rundir.memory_raises import request_mb as memory_request_mb
 from airetrain.plan.planner import datasets_to_prepare, plan_workflow
 from airetrain.plan.overview import format_table
-from airetrain.plan.packing import pack_request, packs
+from airetrain.plan.packing import pack_request, packs, slot_groups, wave_size
 from airetrain.profiles import account_problem, unquoted
 from airetrain.cluster.slurm import training_job
 from airetrain.rundir.run_log import LOCK as TRAINER_LOCK
-from airetrain.search_space import rung_name, slots, step_path, tune_folder
+from airetrain.search_space import rung_name, slots, step_path, tune_folder, wave_path
 from airetrain.typed import to_dict
 from airetrain.workflow import TRAIN_SCRIPT
 
@@ -60,10 +60,24 @@ PACKS = packs({name: PLANS[name] for name in RUNS}, PLANS.settings.site)
 PACKED = {run for members in PACKS.values() for run in members}
 
 
+def tune_parallel(tune):
+    return slots(PLANS[tune].config, PLANS.settings.site.max_gpus_per_user)
+
+
+# A search's slots in groups that take each step together (rules/tune.smk): a group of several is a search
+# that packs, its rungs of a step trained in one allocation; its rungs' own rules do not match them.
+SLOT_GROUPS = {
+    tune: slot_groups(tune_parallel(tune), wave_size(PLANS[tune], tune_parallel(tune), PLANS.settings.site))
+    for tune in TUNES
+}
+IN_WAVES = [tune for tune in TUNES if len(SLOT_GROUPS[tune][0]) > 1]
+
+
 def run_names(packed=True):
-    """The run wildcard's values: every run, or only those not packed."""
+    """The run wildcard's values: every run, or only those not packed (a search in waves packs its rungs)."""
     names = [*(r for r in RUNS if packed or r not in PACKED), *TUNES]
-    trials = [f"(?:{'|'.join(map(re.escape, TUNES))})-t[0-9][0-9][0-9]+-e[0-9]+"] if TUNES else []
+    tunes = [t for t in TUNES if packed or t not in IN_WAVES]
+    trials = [f"(?:{'|'.join(map(re.escape, tunes))})-t[0-9][0-9][0-9]+-e[0-9]+"] if tunes else []
     return "|".join([*map(re.escape, names)] + trials)
 
 
@@ -75,6 +89,8 @@ wildcard_constraints:
     tune="|".join(map(re.escape, TUNES)) or "(?!)",
     slot="[0-9]+",
     step="[0-9]+",
+    group="[0-9]+",
+    wave="[0-9]+",
 
 
 def get_final_outputs():
@@ -104,7 +120,11 @@ def get_health(wildcards):
 
 def get_dataset(wildcards):
     """The run's dataset directory on scratch, an input of its stage step (none: nothing to stage)."""
-    dataset = PLANS[wildcards.run].dataset
+    return dataset_of(wildcards.run)
+
+
+def dataset_of(run):
+    dataset = PLANS[run].dataset
     return str(dataset) if dataset else []
 
 
@@ -143,11 +163,7 @@ def minutes(step):
     return lambda wildcards: getattr(PLANS[wildcards.run].time_min, step)
 
 
-# A tuned run's search (rules/tune.smk): its slots, and the chain of each slot's steps.
-def tune_parallel(tune):
-    return slots(PLANS[tune].config, PLANS.settings.site.max_gpus_per_user)
-
-
+# A tuned run's search (rules/tune.smk): the chain of each slot's steps, or of each group's waves.
 def step_decision(tune, slot, step):
     """The decision of a slot's step. A step decided is read as any file (a step taken again decides the same:
     tune/steps.py); only the first one not decided yet is Snakemake's checkpoint to wait on. Registering
@@ -181,4 +197,45 @@ def slot_steps(wildcards):
 
 
 def every_slot(wildcards):
-    return expand("results/{tune}/tune/slot{slot}.txt", tune=wildcards.tune, slot=range(tune_parallel(wildcards.tune)))
+    """Each slot's chain, or each group's where the search goes in waves."""
+    tune = wildcards.tune
+    if tune in IN_WAVES:
+        return expand("results/{tune}/tune/group{group}.txt", tune=tune, group=range(len(SLOT_GROUPS[tune])))
+    return expand("results/{tune}/tune/slot{slot}.txt", tune=tune, slot=range(tune_parallel(tune)))
+
+
+def wave_decision(tune, group, wave):
+    """A wave's rungs (and whether the group is done); as step_decision, only the first wave not decided is waited on."""
+    path = str(wave_path(tune_folder(tune), group, wave))
+    if not os.path.exists(path):
+        path = checkpoints.tune_wave.get(tune=tune, group=group, wave=wave).output[0]
+    with open(path) as f:
+        return json.load(f)
+
+
+def previous_wave(wildcards):
+    """The previous wave of this group trained (its marker): what this wave tells the study."""
+    wave = int(wildcards.wave)
+    if wave == 0:
+        return []
+    return f"results/{wildcards.tune}/tune/group{wildcards.group}/wave{wave - 1}.trained"
+
+
+def wave_rungs(wildcards):
+    return wave_decision(wildcards.tune, wildcards.group, wildcards.wave)["rungs"]
+
+
+def wave_request(wildcards):
+    """The allocation of a wave's rungs (plan/packing.py's pack_request)."""
+    return pack_request([PLANS[rung] for rung in wave_rungs(wildcards)])
+
+
+def group_waves(wildcards):
+    """A group's waves, up to the one that found every trial asked (as slot_steps)."""
+    files, wave = [], 0
+    while True:
+        decision = wave_decision(wildcards.tune, wildcards.group, wave)
+        files.append(str(wave_path(tune_folder(wildcards.tune), wildcards.group, wave)))
+        if decision["done"]:
+            return files
+        wave += 1

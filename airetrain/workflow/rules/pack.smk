@@ -12,7 +12,7 @@ for _pack, _members in PACKS.items():
             re.sub(r"[^A-Za-z0-9_]", "_", _pack)
         input:
             plans=[run_paths(m)["plan"] for m in _members],
-            data=[str(_first.dataset)] if _first.dataset else [],
+            data=dataset_of(_members[0]),
         output:
             stage=[run_paths(m)["stage"] for m in _members],
             train=[run_paths(m)["train"] for m in _members],

@@ -63,3 +63,80 @@ rule tune_table:
         "../envs/aire.yaml"
     shell:
         "{params.cmd} > {log:q} 2>&1"
+
+
+# A search that packs (plan/packing.py: wave_size) goes in waves: the slots of a group take each step
+# together, as one study step, and the rungs it decided train side by side in one allocation, as a pack's
+# runs do (rules/pack.smk). Each slot's chain of steps is what it would be unpacked.
+checkpoint tune_wave:
+    input:
+        plan="results/{tune}/plan.json",
+        trained=previous_wave,
+    output:
+        "results/{tune}/tune/group{group}/wave{wave}.json",
+    params:
+        cmd=lambda w, input, output: command(
+            "tune_wave",
+            python=PYTHON,
+            plan=input.plan,
+            settings_json=SETTINGS_JSON,
+            group=w.group,
+            index=w.wave,
+            out=output[0],
+        ),
+    log:
+        "logs/{tune}/tune/group{group}-wave{wave}.log",
+    localrule: True
+    conda:
+        "../envs/aire.yaml"
+    shell:
+        "{params.cmd} > {log:q} 2>&1"
+
+
+rule tune_wave_train:
+    input:
+        wave="results/{tune}/tune/group{group}/wave{wave}.json",
+        plans=lambda w: [run_paths(rung)["plan"] for rung in wave_rungs(w)],
+        data=lambda w: dataset_of(w.tune),
+    output:
+        "results/{tune}/tune/group{group}/wave{wave}.trained",
+    log:
+        "logs/{tune}/tune/group{group}-wave{wave}-pack.log",
+    threads: lambda w: wave_request(w)["tasks"] * wave_request(w)["cpus_per_task"]
+    resources:
+        runtime=lambda w: wave_request(w)["minutes"],
+        nodes=1,
+        tasks=lambda w: wave_request(w)["tasks"],
+        tasks_per_gpu=0,
+        cpus_per_task=lambda w: wave_request(w)["cpus_per_task"],
+        mem_mb=lambda w: wave_request(w)["mem_mb"],
+        gres=lambda w: f"gpu:{wave_request(w)['gpus']}",
+        slurm_partition=lambda w: PLANS[w.tune].slurm.partition,
+        slurm_account=lambda w: run_account(w.tune),
+        slurm_extra=lambda w: PLANS[w.tune].slurm.extra,
+        qos=lambda w: PLANS[w.tune].slurm.qos,
+        mpi="srun",
+    params:
+        cmd=lambda w: shlex.join(
+            [str(PYTHON), "-m", "airetrain", "run-pack", "--runs", *wave_rungs(w), "--python", str(PYTHON),
+             "--script", str(TRAIN_SCRIPT), "--project-dir", os.getcwd()]
+        ),
+    conda:
+        "../envs/aire.yaml"
+    shell:
+        "{params.cmd} >> {log:q} 2>&1 && touch {output:q}"
+
+
+# a group's waves listed, once the group is done (as tune_slot)
+rule tune_group:
+    input:
+        group_waves,
+    output:
+        "results/{tune}/tune/group{group}.txt",
+    log:
+        "logs/{tune}/tune/group{group}.log",
+    localrule: True
+    conda:
+        "../envs/aire.yaml"
+    shell:
+        "printf '%s\\n' {input:q} > {output:q} 2> {log:q}"
