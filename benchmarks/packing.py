@@ -1,6 +1,7 @@
 """Many small runs on the SLURM test cluster: six one-GPU seeds of one setting, one allocation per run
 (pack: none) against packed (pack: auto: three runs an allocation of a node's three GPUs), under a limit of
-two running jobs.
+two running jobs. With --search N: a search of N one-GPU trials, 3 at once, successive halving by 3 over 9
+epochs, a job per rung (pack: none) against waves (pack: auto: the rungs of the 3 slots in one allocation).
 
 Measured from SLURM's accounting and the runs' own records: the number of submissions, the number of
 dataset stagings, each allocation's seconds spent not training (its elapsed time less the trainer's
@@ -13,6 +14,7 @@ a job held back by Snakemake or pending in SLURM's queue waits the same.
 
     make slurm-up && source tests/slurm/state/env.sh
     .venv/bin/python benchmarks/packing.py [--seeds 6] [--epochs 2] [--limit 2]
+    .venv/bin/python benchmarks/packing.py --search 9 --limit 3
 """
 from __future__ import annotations
 
@@ -47,12 +49,19 @@ def sacct(since: str, workdir: Path) -> list[dict]:
     return [r for r in rows if r["JobID"] and Path(r["WorkDir"]) == workdir]
 
 
-def arm(work: Path, pack: str, seeds: int, epochs: int, limit: int) -> dict:
+def search(trials: int) -> dict:
+    """A search's run: one GPU a trial, 3 at once, rungs at 1, 3 and 9 epochs."""
+    return {**ONE_GPU, "train": {"epochs": 9},
+            "tune": {"space": {"optim.lr": {"loguniform": [1.0e-3, 1.0e-1]}}, "trials": trials, "parallel": 3,
+                     "sampler": {"tpe": {"seed": 0}}, "pruner": {"successive_halving": {"min_epochs": 1,
+                                                                                      "reduction": 3}}}}
+
+
+def arm(work: Path, pack: str, run: dict, limit: int) -> dict:
+    """The workflow of the run s (seeds, or a search) with pack, its figures from sacct and its runs' records."""
     work.mkdir()
     cfg = work / "config.yaml"
-    cfg.write_text(yaml.safe_dump({"roots": {"scratch": str(work / "scratch")},
-                                   "runs": {"s": {**ONE_GPU, "train": {"epochs": epochs}, "pack": pack,
-                                                  "seeds": list(range(seeds))}}}))
+    cfg.write_text(yaml.safe_dump({"roots": {"scratch": str(work / "scratch")}, "runs": {"s": {**run, "pack": pack}}}))
     since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
     t0 = time.monotonic()
     subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(work), "--configfile", str(cfg), *SLURM_ARGS,
@@ -64,14 +73,15 @@ def arm(work: Path, pack: str, seeds: int, epochs: int, limit: int) -> dict:
     wall = time.monotonic() - t0
     time.sleep(5)   # slurmdbd records the last ends
     jobs = {j["JobID"]: j for j in sacct(since, work)}
-    runs = sorted(p.parent.name for p in (work / "results").glob("s-seed*/train.json"))
+    runs = sorted(p.parent.name for p in (work / "results").glob("s-*/train.json"))   # seeds, or rungs
     trained = {r: json.loads((work / "results" / r / "train.json").read_text()) for r in runs}
     # each allocation's seconds not training, shared out over the runs it held
     per_job: dict[str, list[float]] = {}
     for t in trained.values():
         per_job.setdefault(t["slurm_job_id"], []).append(t["train_seconds"])
     idle = [(int(jobs[j]["ElapsedRaw"]) - max(secs)) / len(secs) for j, secs in per_job.items() for _ in secs]
-    stagings = sum(1 for r in runs if (work / "logs" / r / "stage.log").exists())
+    stagings = sum(line.startswith("staged ") for log in (work / "logs").glob("s-*/stage.log")
+                   for line in log.read_text().splitlines())
     first = min(datetime.fromisoformat(j["Submit"]) for j in jobs.values())
     last = max(datetime.fromisoformat(j["End"]) for j in jobs.values())
     return {"runs": len(runs), "submissions": len(jobs), "stagings": stagings,
@@ -85,11 +95,14 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=6)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--limit", type=int, default=2, help="running jobs at once (Snakemake's --jobs)")
+    ap.add_argument("--search", type=int, metavar="TRIALS", help="a search of this many trials instead of seeds")
     args = ap.parse_args()
+    run = search(args.search) if args.search else {**ONE_GPU, "train": {"epochs": args.epochs},
+                                                   "seeds": list(range(args.seeds))}
     if not os.environ.get("SLURM_CONF"):
         sys.exit("no SLURM here: `make slurm-up && source tests/slurm/state/env.sh` first")
     with tempfile.TemporaryDirectory(dir=os.environ.get("AIRETRAIN_BENCH_DIR")) as tmp:
-        result = {pack: arm(Path(tmp).resolve() / pack, pack, args.seeds, args.epochs, args.limit)
+        result = {pack: arm(Path(tmp).resolve() / pack, pack, run, args.limit)
                   for pack in ("none", "auto")}
     first = {pack: r["first_submit_to_last_end_s"] for pack, r in result.items()}
     result["sooner"] = round(first["none"] / first["auto"], 2)

@@ -11,7 +11,7 @@ assembles them. Commands may import anything: each joins the stages below, which
     submit             `airetrain submit`: the pipeline's Snakemake in a SLURM job of its own, requeued before its limit
     efficiency_report  `airetrain report`: the efficiency table of runs, or of any SLURM jobs (sacct started first)
     step_profile       `airetrain profile RUN`: where the profiled steps' time went (train.profile)
-    tune_steps         the search's steps (`airetrain tune-step`, `tune-table`), and a search's runs for status
+    tune_steps         the search's steps (`airetrain tune-step`, `tune-wave`, `tune-table`), its runs for status
     site               `airetrain site`: the site's facts read from SLURM
     node_check         `airetrain health`: the node check, the first step of a run's job
     doctor             `airetrain doctor`: what this environment can run

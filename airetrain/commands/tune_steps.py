@@ -115,20 +115,16 @@ def status_names(plans: dict, results: str | Path = "results") -> tuple[list[str
 
 
 def add_parsers(sub) -> None:
-    p = sub.add_parser("tune-step", help="(the workflow's) tell the study a rung's result; ask for the next trial")
-    p.add_argument("--plan", required=True, help="the tuned run's plan.json")
-    p.add_argument("--settings-json", required=True, help="the config's roots and site, as JSON")
-    p.add_argument("--slot", type=int, required=True)
-    p.add_argument("--step", type=int, required=True)
-    p.add_argument("--out", required=True, help="the step's file (results/<tune>/tune/slot<S>/step<K>.json)")
-    p.set_defaults(func=_step)
-    p = sub.add_parser("tune-wave", help="(the workflow's) a packed search's wave: its group's slots step together")
-    p.add_argument("--plan", required=True, help="the tuned run's plan.json")
-    p.add_argument("--settings-json", required=True, help="the config's roots and site, as JSON")
-    p.add_argument("--group", type=int, required=True)
-    p.add_argument("--wave", type=int, required=True)
-    p.add_argument("--out", required=True, help="the wave's file (results/<tune>/tune/group<G>/wave<K>.json)")
-    p.set_defaults(func=_wave)
+    steps = (("tune-step", "tell the study a rung's result; ask for the next trial", "slot", "step", _step),
+             ("tune-wave", "a packed search's wave: its group's slots step together", "group", "wave", _wave))
+    for name, what, chain, index, func in steps:
+        p = sub.add_parser(name, help=f"(the workflow's) {what}")
+        p.add_argument("--plan", required=True, help="the tuned run's plan.json")
+        p.add_argument("--settings-json", required=True, help="the config's roots and site, as JSON")
+        p.add_argument(f"--{chain}", type=int, required=True)
+        p.add_argument(f"--{index}", type=int, required=True)
+        p.add_argument("--out", required=True, help=f"its file (results/<tune>/tune/{chain}<N>/{index}<K>.json)")
+        p.set_defaults(func=func)
     p = sub.add_parser("tune-table", help="(the workflow's) the search's table and its best trial's weights")
     p.add_argument("--plan", required=True, help="the tuned run's plan.json")
     p.add_argument("--out", required=True, help="the folder of tune.csv, tune.md and tune.html")

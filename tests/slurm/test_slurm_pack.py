@@ -1,13 +1,16 @@
 """Many small runs, few allocations, on the SLURM test cluster (Aire's shape: 3 GPUs a node): six one-GPU
-seeds with pack: auto share two allocations, each run its own SLURM step with its own GPU; the same six
-seeds with pack: none, in the same pipeline, are six jobs and the reference for the weights. A packed job
-at its deadline stops every run, requeues once, and each run resumes and finishes. A search of 9 trials, 3 at
-once, goes in waves: each wave's rungs share one allocation, and a promoted rung resumes its trial.
+seeds with the default pack (auto) share two allocations, each run its own SLURM step with its own GPU; the
+same six seeds with pack: none, in the same pipeline, are six jobs and the reference for the weights. A packed
+job at its deadline stops every run, requeues once, and each run resumes and finishes, its W&B run whole. Two
+seeds of a user's own script share an allocation, and the report finds each one's step.
 
 What each rank saw is written by the test's own model (its CUDA_VISIBLE_DEVICES, SLURM's job and step ids),
-and the jobs and steps are SLURM's accounting; the weights are the checkpoints' bytes."""
+and the jobs and steps are SLURM's accounting; the weights are the checkpoints' bytes; the tracker's history
+is W&B's own offline files. A search in waves is tests/slurm/test_slurm_tune.py's."""
 import csv
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +19,11 @@ from airetrain.rundir.run_log import sessions, stops
 from conftest import (assert_identical, ending_what_it_starts, final_state, read_json, run, slurm_state, snakemake_cmd,
                       spawn, wait_for, write_config)
 from test_slurm import SLURM_ARGS, submitted_since, unique
+from trackers import each_step_once, wandb_sessions
 from user_code import write_ownlab
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "torchrun"))
+from script_mode import WITH_JOB  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 SEEDS = list(range(6))
@@ -41,35 +48,34 @@ def noted(meta, cfg):
 ONE_GPU = {"device": "cpu", "gpus": 1, "precision": "fp32", "cpus_per_rank": 1, "mem_gb_per_rank": 2,
            "data": {"name": "digits"}, "batch": {"global": 64, "per_device": 64}, "train": {"epochs": 2},
            "time_min": {"stage": 5, "train": 10, "promote": 5}, "seeds": SEEDS}
-UNSEEDED = {key: value for key, value in ONE_GPU.items() if key != "seeds"}
-LADDER = (1, 3, 9)
-SEARCH = {"space": {"optim.lr": {"loguniform": [1.0e-3, 1.0e-1]}}, "trials": 9, "parallel": 3,
-          "sampler": {"tpe": {"seed": 0}}, "pruner": {"successive_halving": {"min_epochs": 1, "reduction": 3}}}
+SCRIPT = {"device": "cpu", "gpus": 1, "precision": "fp32", "cpus_per_rank": 1, "mem_gb_per_rank": 2,
+          "data": {"name": "synthetic"}, "seeds": [0, 1], "time_min": {"stage": 5, "train": 10, "promote": 5},
+          "train": {"script": "train.py", "args": ["--steps", "20"]}}
 
 
 @pytest.fixture(scope="module")
 def packed(slurm_cluster, tmp_path_factory):
-    """One pipeline: six seeds packed (p) and the same six unpacked (u); a search in waves (sp); and two seeds
-    packed into a 4-minute
-    job that stops them 90 s in (held), held at a second a step (132 steps, tests/user_code.py's paced
-    small_cnn) until both stopped; its job requeues, and both resume and finish. ref: held's seed 0 unpacked
-    and unheld, for its weights. Every job has a $TMPDIR of its own, purged when it ends, as Aire's."""
+    """One pipeline: six seeds packed by default (p) and the same six unpacked (u); two seeds packed into a
+    4-minute job that stops them 90 s in (held, tracked by W&B offline), held at a second a step (132 steps,
+    tests/user_code.py's paced small_cnn) until both stopped; its job requeues, and both resume and finish.
+    ref: held's seed 0 unpacked and unheld, for its weights. sc: two seeds of a user's script. Every job has a
+    $TMPDIR of its own, purged when it ends, as Aire's."""
     with ending_what_it_starts(slurm_cluster):
         work = tmp_path_factory.mktemp("pack")
         (work / "gpulab.py").write_text(NOTED)
         (work / "seen").mkdir()
+        (work / "train.py").write_text(WITH_JOB)
         write_ownlab(work)
         noted = {"name": "gpulab:noted", "options": {"log": str(work / "seen")}}
         timed = {"time_min": {"stage": 1, "train": 2, "promote": 1}, "train": {"epochs": 6},
                  "checkpoint": {"every_steps": 10, "stop_margin_min": 2.5, "max_requeues": 20}}
         cfg = write_config(work / "config.yaml", {
             "roots": {"scratch": str(work / "scratch")},
-            "runs": {"p": {**ONE_GPU, "model": noted, "pack": "auto"}, "u": {**ONE_GPU, "model": noted},
-                     "held": {**ONE_GPU, **timed, "seeds": [0, 1], "pack": "auto",
-                              "model": {"name": "ownlab.lab:paced"}},
+            "runs": {"p": {**ONE_GPU, "model": noted}, "u": {**ONE_GPU, "model": noted, "pack": "none"},
+                     "held": {**ONE_GPU, **timed, "seeds": [0, 1], "model": {"name": "ownlab.lab:paced"},
+                              "tracking": {"wandb": {"project": "pack"}}},
                      "ref": {**ONE_GPU, "seeds": [0], "train": {"epochs": 6}},
-                     "sp": {**UNSEEDED, "train": {"epochs": LADDER[-1]}, "model": noted, "pack": "auto",
-                            "tune": SEARCH}}})
+                     "sc": SCRIPT}})
         hold = work / "hold"
         hold.touch()
         env = {**slurm_cluster, "TMPDIR": str(slurm_state() / "nodetmp" / "local" / unique(work)),
@@ -88,12 +94,6 @@ def seen(work, run_name):
     return json.loads((work / "seen" / f"{run_name}-0.json").read_text())
 
 
-def search_rungs(work) -> list[str]:
-    """The rungs the search trained, by the trials in its table and the results folders there are."""
-    trials = [row["run"] for row in csv.DictReader(open(work / "results/sp/tune.csv"))]
-    return [f"{t}-e{e}" for t in trials for e in LADDER if (work / f"results/{t}-e{e}/train.json").exists()]
-
-
 def test_six_seeds_packed_are_two_jobs_each_run_a_step_with_a_gpu_of_its_own(packed):
     work, jobs, env = packed
     by_job = {}
@@ -103,8 +103,9 @@ def test_six_seeds_packed_are_two_jobs_each_run_a_step_with_a_gpu_of_its_own(pac
     unpacked = {seen(work, f"u-seed{seed}")["SLURM_JOB_ID"] for seed in SEEDS}
     others = {read_json(work / f"results/{r}/train.json")["slurm_job_id"] for r in ("held-seed0", "held-seed1",
                                                                                      "ref-seed0")}
-    waves = {seen(work, rung)["SLURM_JOB_ID"] for rung in search_rungs(work)}
-    assert len(unpacked) == 6 and set(jobs) == set(by_job) | unpacked | others | waves   # nothing else was submitted
+    scripts = {read_json(work / f"results/sc-seed{seed}/train.json")["slurm_job_id"] for seed in (0, 1)}
+    assert len(unpacked) == 6 and len(scripts) == 1
+    assert set(jobs) == set(by_job) | unpacked | others | scripts   # nothing else was submitted
     for job_id, runs in by_job.items():
         assert sorted(r["CUDA_VISIBLE_DEVICES"] for r in runs) == ["0", "1", "2"]   # no GPU shared
         assert len({r["SLURM_STEP_ID"] for r in runs}) == 3
@@ -146,6 +147,17 @@ def test_the_report_gives_each_packed_run_its_own_steps_share(packed):
         assert (ours["gpus"], ours["cpus"], float(ours["mem_alloc_mb"])) == \
             (theirs["gpus"], theirs["cpus"], float(theirs["mem_alloc_mb"])) == ("1", "1", 2048.0)
         assert float(ours["elapsed_s"]) == float(elapsed)
+    # a script's train.json is the launcher's, written outside its step: the step is found by its name in sacct
+    for seed in (0, 1):
+        ours = rows[f"sc-seed{seed}"]
+        steps = [line.split("|") for line in run(["sacct", "-n", "-P", "-j", ours["job_id"], "-o",
+                                                   "JobName,ElapsedRaw,AllocTRES"], env=env).stdout.splitlines()]
+        [(elapsed, tres)] = [(e, t) for name, e, t in steps if name == f"sc-seed{seed}"]
+        assert "gres/gpu=1," in tres and (ours["gpus"], float(ours["elapsed_s"])) == ("1", float(elapsed))
+    # each job that runs shared keeps its own row: the whole allocation
+    packs = {r["run"]: r for r in rows.values() if r["state"] == "pack"}
+    assert set(packs) == {"pack-p-seed0", "pack-p-seed3", "pack-held-seed0", "pack-sc-seed0"}
+    assert (packs["pack-p-seed0"]["gpus"], packs["pack-sc-seed0"]["gpus"]) == ("3", "2")
 
 
 def test_a_packed_job_at_its_deadline_stops_every_run_requeues_once_and_each_resumes(packed):
@@ -161,30 +173,12 @@ def test_a_packed_job_at_its_deadline_stops_every_run_requeues_once_and_each_res
         steps = [json.loads(line)["step"] for line in open(work / f"results/held-seed{seed}/metrics.jsonl")
                  if '"loss"' in line]
         assert steps == sorted(set(steps)) and steps[-1] == trained["steps"]   # each step once, to the end
+        # one W&B run across the requeue, by W&B's own offline files: each training session, then the promote's
+        [(run_id, tracked)] = wandb_sessions(work / "scratch", f"held-seed{seed}").items()
+        assert run_id == trained["tracking"]["wandb"]["id"] and len(tracked) >= 3
+        assert each_step_once([row for rows in tracked for row in rows])["train/loss"] == steps
     assert len(jobs) == 1   # one job for both, requeued by SLURM rather than submitted again
     shown = run(["scontrol", "show", "job", jobs.pop()], env=env).stdout
     assert "Restarts=0" not in shown and "JobState=COMPLETED" in shown, shown
     assert_identical(final_state(work / "results/held-seed0", work), final_state(work / "results/ref-seed0", work))
 
-
-def test_a_search_trains_its_ready_rungs_side_by_side_and_a_promoted_rung_resumes_its_trial(packed):
-    work, jobs, env = packed
-    rungs = search_rungs(work)
-    table = list(csv.DictReader(open(work / "results/sp/tune.csv")))
-    assert len(table) == 9 and any(row["state"].startswith("pruned") for row in table)
-    by_job = {}
-    for rung in rungs:
-        by_job.setdefault(seen(work, rung)["SLURM_JOB_ID"], []).append(seen(work, rung))
-    # fewer allocations than rungs: the rungs decided together share one, each on a GPU and a step of its own
-    assert set(by_job) <= set(jobs) and len(by_job) < len(rungs) and max(map(len, by_job.values())) == 3
-    for job_id, ranks in by_job.items():
-        assert len({r["CUDA_VISIBLE_DEVICES"] for r in ranks}) == len({r["SLURM_STEP_ID"] for r in ranks}) == len(ranks)
-    resumed = 0
-    for row in table:
-        trained = [e for e in LADDER if f"{row['run']}-e{e}" in rungs]
-        for before, after in zip(trained, trained[1:]):   # the next rung went on from the last one's end
-            ended = read_json(work / f"results/{row['run']}-e{before}/train.json")["steps"]
-            assert read_json(work / f"results/{row['run']}-e{after}/train.json")["resumed_from_step"] == ended > 0
-            resumed += 1
-    assert resumed >= 1
-    print(f"search of 9 trials in waves: {len(rungs)} rungs in {len(by_job)} jobs")

@@ -1,6 +1,8 @@
-"""A search on the real SLURM cluster: 9 trials, 3 at once, successive halving by 3. The submitting Snakemake is
-killed mid-search and run again: the same study finishes with 9 trials, none lost or duplicated; promoted
-trials resume from their checkpoints; never more than 3 trials hold an allocation at once."""
+"""A search on the real SLURM cluster: 9 trials, 3 at once, one GPU each, successive halving by 3, packed as by
+default: in waves, the rungs its 3 slots decide together trained side by side in one allocation. The submitting
+Snakemake is killed mid-search and run again: the same study finishes with 9 trials, none lost or duplicated;
+promoted trials resume from their checkpoints; SLURM accounted fewer allocations than rungs, each rung a step
+of its own with one GPU, and never more than 3 rungs at once."""
 import csv
 import json
 import os
@@ -25,12 +27,6 @@ SEARCHED = {"device": "cpu", "gpus": 1, "precision": "fp32", "cpus_per_rank": 1,
                                "model.options.hidden": {"choice": [4, 16, 32]}},
                      "trials": TRIALS, "parallel": PARALLEL, "sampler": {"tpe": {"seed": 0}},
                      "pruner": {"successive_halving": {"min_epochs": 1, "reduction": 3}}}}
-
-
-def sacct_times(env, job_ids: list[str]) -> dict[str, dict]:
-    fields = ["JobID", "Submit", "Start", "End", "State"]
-    out = run(["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", ",".join(fields)], env=env).stdout
-    return {row["JobID"]: row for row in (dict(zip(fields, line.split("|"))) for line in out.splitlines())}
 
 
 @pytest.fixture(scope="module")
@@ -106,34 +102,36 @@ def allocations(env, work) -> list[dict]:
     return [job for job in found if job["WorkDir"] == str(work) and job["Start"] not in ("Unknown", "None", "")]
 
 
-def test_never_more_than_parallel_trials_hold_an_allocation(search):
+def rung_steps(env, work, jobs: list[dict]) -> list[dict]:
+    """The SLURM steps the jobs ran for the search's rungs (each named after its rung by the launch), as
+    accounting has them."""
+    fields = ["JobID", "JobName", "AllocTRES", "Start", "End"]
+    out = run(["sacct", "-n", "-P", "--allusers", "-j", ",".join(j["JobID"] for j in jobs), "-o", ",".join(fields)],
+              env=env).stdout
+    found = [dict(zip(fields, line.split("|"))) for line in out.splitlines()]
+    return [step for step in found if "." in step["JobID"] and step["JobName"].startswith("sr-t")]
+
+
+def test_the_ready_rungs_share_allocations_each_a_step_with_a_gpu_never_more_than_parallel(search):
     work, env, _ = search
-    jobs = {}
-    for row in rows(work):
-        for e in rungs_trained(work, row["run"]):
-            jobs[read_json(work / f"results/{row['run']}-e{e}/train.json")["slurm_job_id"]] = (row["run"], e)
+    rungs = {f"{row['run']}-e{e}" for row in rows(work) for e in rungs_trained(work, row["run"])}
     held_by = allocations(env, work)
-    assert set(jobs) <= {job["JobID"] for job in held_by}   # the trials' own jobs are among them
-    times = sacct_times(env, list(jobs))
-    events = sorted([(datetime.fromisoformat(t["Start"]), 1) for t in held_by]
-                    + [(datetime.fromisoformat(t["End"]), -1) for t in held_by], key=lambda e: (e[0], e[1]))
+    steps = rung_steps(env, work, held_by)
+    assert rungs <= {step["JobName"] for step in steps}   # each rung trained in a step of its own
+    assert all("gres/gpu=1," in step["AllocTRES"] for step in steps)   # with a GPU of its own
+    trained_in = {step["JobID"].split(".")[0] for step in steps}
+    assert len(held_by) < len(rungs) and len(trained_in) < len(rungs)   # unpacked, a job per rung
+    assert max(sum(1 for s in steps if s["JobID"].startswith(f"{job}.")) for job in trained_in) == PARALLEL
+    events = sorted([(datetime.fromisoformat(s["Start"]), 1) for s in steps]
+                    + [(datetime.fromisoformat(s["End"]), -1) for s in steps], key=lambda e: (e[0], e[1]))
     held, most = 0, 0
     for _, change in events:
         held += change
         most = max(most, held)
     assert 1 < most <= PARALLEL, most
     about = read_json(work / "results/sr/tune/best.json")
-    gaps = []   # each slot: from a rung's job ending to the slot's next job being submitted
-    for slot in range(PARALLEL):
-        chain = [json.loads((work / f"results/sr/tune/slot{slot}/step{k}.json").read_text())
-                 for k in range(len(list((work / f"results/sr/tune/slot{slot}").glob("step*.json"))))]
-        ids = [read_json(work / f"results/{d['trial']}-e{d['epochs']}/train.json")["slurm_job_id"]
-               for d in chain if not d.get("done")]
-        gaps += [(datetime.fromisoformat(times[b]["Submit"]) - datetime.fromisoformat(times[a]["End"])).total_seconds()
-                 for a, b in zip(ids, ids[1:])]
-    print(f"device-hours used {about['device_hours']:.4f} against {about['device_hours_all_to_the_end']:.4f} "
-          f"all to the end; rung end to next submission: median {sorted(gaps)[len(gaps) // 2]:.0f} s, "
-          f"max {max(gaps):.0f} s over {len(gaps)}")
+    print(f"{len(rungs)} rungs in {len(held_by)} allocations; device-hours used {about['device_hours']:.4f} against "
+          f"{about['device_hours_all_to_the_end']:.4f} all to the end")
 
 
 def test_the_table_and_the_best_weights_are_there(search):

@@ -23,10 +23,13 @@ def test_six_one_gpu_seeds_fill_two_nodes_in_the_configs_order(tmp_path):
         format_table(dict(plans), plans.settings.site)
 
 
-def test_pack_n_caps_a_pack_and_none_is_the_default(tmp_path):
+def test_pack_n_caps_a_pack_auto_is_the_default_and_none_packs_nothing(tmp_path):
     assert packed({"s": {**ONE_GPU, "seeds": [0, 1, 2, 3], "pack": 2}}, tmp_path)[0] == \
         {"pack-s-seed0": ("s-seed0", "s-seed1"), "pack-s-seed2": ("s-seed2", "s-seed3")}
-    assert packed({"s": {**ONE_GPU, "seeds": [0, 1, 2]}}, tmp_path)[0] == {}
+    assert packed({"s": {**ONE_GPU, "seeds": [0, 1, 2]}}, tmp_path)[0] == {"pack-s-seed0": ("s-seed0", "s-seed1",
+                                                                                           "s-seed2")}
+    assert packed({"s": {**ONE_GPU, "seeds": [0, 1, 2], "pack": "none"}}, tmp_path)[0] == {}
+    assert packed({"s": {"gpus": 0, "seeds": [0, 1, 2]}}, tmp_path)[0] == {}   # a laptop's CPU runs: never
 
 
 def test_a_whole_node_a_fine_tune_and_what_the_node_cannot_hold_are_not_packed(tmp_path):
@@ -52,7 +55,7 @@ def test_a_search_that_packs_goes_in_waves_of_what_a_node_holds(tmp_path):
     found, plans = packed({"s": {**ONE_GPU, "pack": "auto", "tune": {**tune, "parallel": 3}},
                            "four": {**ONE_GPU, "pack": "auto", "tune": {**tune, "parallel": 4}},
                            "capped": {**ONE_GPU, "pack": 2, "tune": {**tune, "parallel": 3}},
-                           "plain": {**ONE_GPU, "tune": {**tune, "parallel": 3}},
+                           "plain": {**ONE_GPU, "pack": "none", "tune": {**tune, "parallel": 3}},
                            "whole": {"gpus": 3, "pack": "auto", "batch": {"global": 96},
                                      "tune": {**tune, "parallel": 2}}}, tmp_path)
     site = plans.settings.site

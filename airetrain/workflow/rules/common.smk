@@ -138,12 +138,16 @@ def get_init(wildcards):
 
 
 def train_extra(wildcards):
-    """The run's own sbatch options; on the submit host, also a dependency on a job that a Snakemake before this
-    one submitted and that still trains the run (its trainer lock names it): the new job waits in the queue,
-    holding no GPU, starts when that one ends, and resumes where it stopped or finds the run trained."""
-    plan = PLANS[wildcards.run]
-    job = training_job(plan.durable_dir / TRAINER_LOCK) if workflow.is_main_process else None
-    return plan.slurm.extra + (f" --dependency=afterany:{job}" if job else "")
+    return after_training([wildcards.run])
+
+
+def after_training(runs):
+    """The runs' own sbatch options; on the submit host, also a dependency on each job that a Snakemake before
+    this one submitted and that still trains one of them (its trainer lock names it): the new job waits in the
+    queue, holding no GPU, starts when those end, and each run resumes where it stopped or finds itself trained."""
+    jobs = [training_job(PLANS[run].durable_dir / TRAINER_LOCK) for run in runs] if workflow.is_main_process else []
+    jobs = sorted(set(filter(None, jobs)))
+    return PLANS[runs[0]].slurm.extra + (f" --dependency=afterany:{':'.join(jobs)}" if jobs else "")
 
 
 def partition(wildcards):

@@ -32,7 +32,7 @@ for _pack, _members in PACKS.items():
             gres=f"gpu:{_request['gpus']}",
             slurm_partition=_first.slurm.partition,
             slurm_account=run_account(_members[0]),
-            slurm_extra=_first.slurm.extra,
+            slurm_extra=lambda w, members=_members: after_training(members),
             qos=lambda w, qos=_first.slurm.qos: qos,
             mpi="srun",
         params:

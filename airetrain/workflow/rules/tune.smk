@@ -113,9 +113,10 @@ rule tune_wave_train:
         gres=lambda w: f"gpu:{wave_request(w)['gpus']}",
         slurm_partition=lambda w: PLANS[w.tune].slurm.partition,
         slurm_account=lambda w: run_account(w.tune),
-        slurm_extra=lambda w: PLANS[w.tune].slurm.extra,
+        slurm_extra=lambda w: after_training(wave_rungs(w)),
         qos=lambda w: PLANS[w.tune].slurm.qos,
-        mpi="srun",
+        # as a run's: the executor's MPI checks refuse one task, which the empty value also runs unwrapped
+        mpi=lambda w: "srun" if wave_request(w)["tasks"] > 1 else "",
     params:
         cmd=lambda w: shlex.join(
             [str(PYTHON), "-m", "airetrain", "run-pack", "--runs", *wave_rungs(w), "--python", str(PYTHON),
