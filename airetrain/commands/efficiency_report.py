@@ -39,7 +39,7 @@ def _report(args) -> None:
     print(to_markdown(df).split("\n\nColumns")[0])
     if args.out:
         paths = write_efficiency(df, args.out, results)
-        if args.runs:   # what the experiment found: a row per group of seeds
+        if results is not None:   # what the experiment found: a row per group of seeds (none yet: a header)
             from ..report.results_render import write_results
             paths.update(write_results(Path(args.results), args.runs, Path(args.out), df))
         print(f"wrote {', '.join(str(p) for p in paths.values())}")

@@ -4,7 +4,8 @@ its own.
 The node is checked once (health.preflight, as a run's own job does first), and the first run stages the
 dataset; the others are given its stage record, since they read the same dataset from the same fast root.
 Then every run's launch starts at once, each its own SLURM step with --exact and its own GPUs, memory and
-rendezvous port (launch.srun_command); outside SLURM, its own processes with its share of the visible GPUs.
+rendezvous port (launch.srun_command); outside SLURM, its own processes with its share of this machine's GPUs,
+or, where they do not hold every run at once (a workstation of one GPU), one run after another.
 Each run is promoted as soon as it finished. A run stopped at the job's deadline does not requeue the job itself, as
 the runs beside it may still be saving: once every run has ended, the job is requeued once, and each run
 resumes from its own checkpoint.
@@ -38,13 +39,14 @@ def run_pack(runs: list[str], python: str, script: str, project_dir: str) -> int
         Path(paths[run]["stage"]).write_text(staged)
     def train_and_promote(slot: int, run: str) -> int:   # each run promoted as soon as it finished
         p = paths[run]
-        code = _launch(slot, run, p, plans[run], python, script).wait()
+        code = _launch(slot, run, p, (shares or {}).get(slot), python, script).wait()
         if code == 0:
             code = _step(command("promote", python=python, plan=p["plan"], train=p["train"], out=p["checkpoint"],
                                  record=p["record"], project_dir=project_dir), run, "promote", check=False)
         return code
 
-    with ThreadPoolExecutor(len(runs)) as pool:
+    shares = device_shares([plans[run].gpus for run in runs], os.environ)
+    with ThreadPoolExecutor(len(runs) if shares is not None else 1) as pool:
         codes = dict(zip(runs, pool.map(train_and_promote, range(len(runs)), runs)))
     print("pack: " + ", ".join(f"{run} exit {code}" for run, code in codes.items()), flush=True)
     stopped = [run for run in runs if (Path(paths[run]["out"]) / STOPPED).exists()]
@@ -61,13 +63,33 @@ def _step(cmd: str, run: str, name: str, check: bool = True) -> int:
         return subprocess.run(shlex.split(cmd), stdout=out, stderr=subprocess.STDOUT, check=check).returncode
 
 
-def _launch(slot: int, run: str, p: dict, plan, python: str, script: str) -> subprocess.Popen:
+def device_shares(gpus: list[int], env) -> dict[int, str] | None:
+    """Outside SLURM, {slot: its CUDA_VISIBLE_DEVICES} where this machine's GPUs hold every run at once, else
+    None (the runs go one after another, each seeing them all). In SLURM, {}: each step is given its own."""
+    if env.get("SLURM_JOB_ID"):
+        return {}
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d] if "CUDA_VISIBLE_DEVICES" in env \
+        else _nvidia_devices()
+    if len(visible) < sum(gpus):
+        return None
+    starts = [sum(gpus[:slot]) for slot in range(len(gpus))]
+    return {slot: ",".join(visible[start:start + n]) for slot, (start, n) in enumerate(zip(starts, gpus))}
+
+
+def _nvidia_devices() -> list[str]:
+    """The GPUs nvidia-smi lists, by index; none where it is absent or fails."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def _launch(slot: int, run: str, p: dict, devices: str | None, python: str, script: str) -> subprocess.Popen:
     from ..cluster.slurm import PACK_SLOT
     env = {**os.environ, PACK_SLOT: str(slot)}
-    if not env.get("SLURM_JOB_ID") and plan.gpus:   # outside SLURM: this run's share of the visible GPUs
-        visible = env.get("CUDA_VISIBLE_DEVICES", "").split(",") if env.get("CUDA_VISIBLE_DEVICES") else \
-            [str(i) for i in range(plan.gpus * (slot + 1))]
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[slot * plan.gpus:(slot + 1) * plan.gpus])
+    if devices is not None:   # outside SLURM: this run's share of the machine's GPUs
+        env["CUDA_VISIBLE_DEVICES"] = devices
     log = Path(f"logs/{run}/train.log")
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = command("launch", python=python, plan=p["plan"], stage=p["stage"], out=p["out"], script=script)

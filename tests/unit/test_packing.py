@@ -66,3 +66,12 @@ def test_a_search_that_packs_goes_in_waves_of_what_a_node_holds(tmp_path):
     table = format_table(dict(plans), site)
     assert "s: its 3 trials at once in waves of 3, each wave's rungs one allocation (3 GPUs)" in table
     assert "plain:" not in table and "whole:" not in table
+
+
+def test_outside_slurm_a_pack_shares_the_machines_gpus_or_runs_one_after_another():
+    from airetrain.commands.pack_run import device_shares
+
+    assert device_shares([1, 1, 1], {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}) == {0: "0", 1: "1", 2: "2"}
+    assert device_shares([2, 1], {"CUDA_VISIBLE_DEVICES": "4,5,6"}) == {0: "4,5", 1: "6"}
+    assert device_shares([1, 1, 1], {"CUDA_VISIBLE_DEVICES": "0"}) is None   # a workstation of one GPU
+    assert device_shares([1, 1], {"SLURM_JOB_ID": "7"}) == {}   # each SLURM step is given its own

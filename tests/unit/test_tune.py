@@ -212,6 +212,16 @@ def test_a_report_names_a_tunes_trials_by_their_last_rung(tmp_path):
     assert report_names(tmp_path, ["a", "cnn"]) == ["a", "cnn-t000-e9", "cnn-t001-e1"]
 
 
+def test_a_search_whose_every_trial_failed_still_gets_every_table_the_report_rule_declares(tmp_path):
+    from airetrain.cli import main
+
+    (tmp_path / "cnn").mkdir()
+    (tmp_path / "cnn" / "tune.csv").write_text("trial,state,epochs,run\n0,failed,0,cnn-t000\n")
+    main(["report", "cnn", "--results", str(tmp_path), "--out", str(tmp_path / "report")])
+    assert {"efficiency.csv", "results.csv", "results.md", "results.html"} <= \
+        {p.name for p in (tmp_path / "report").iterdir()}
+
+
 def test_a_rung_that_trained_nothing_new_fails_its_trial_naming_the_restart(tmp_path):
     tuned, results = plans(tmp_path, {"cnn": TUNED})["cnn"], tmp_path / "results"
     asked = decide(tuned, 0, 0, results)
