@@ -28,7 +28,8 @@ def efficiency_plot(df: pd.DataFrame):
     ax.yaxis.set_major_formatter(PercentFormatter())
     ax.set_ylabel("used of requested")
     ax.set_title("Efficiency per run")
-    ax.legend(fontsize=8)
+    if present:   # no run with a figure yet: no bars, and no legend of none
+        ax.legend(fontsize=8)
     return fig
 
 
