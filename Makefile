@@ -32,8 +32,9 @@ demo: install
 # the SLURM tests are skipped with the reason). Three workers: two run the tests of the two SLURM test
 # clusters, each cluster's in order, while the third runs the rest, and all three share what is left
 # (tests/conftest.py groups them). A cluster the suite started is stopped when it ends, pass or fail.
+# Every set-up, call and teardown of 5 s or more is listed with its time: the suite's cost, module by module.
 test: install browser
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -n 3 -v -rs --durations=15
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -n 3 -v -rs --durations=0 --durations-min=5
 
 # The inner loop of development: lint and the unit tests (no torchrun, no cluster), a few minutes.
 check: lint
