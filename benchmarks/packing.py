@@ -15,6 +15,12 @@ a job held back by Snakemake or pending in SLURM's queue waits the same.
     make slurm-up && source tests/slurm/state/env.sh
     .venv/bin/python benchmarks/packing.py [--seeds 6] [--epochs 2] [--limit 2]
     .venv/bin/python benchmarks/packing.py --search 9 --limit 3
+    .venv/bin/python benchmarks/packing.py --step-wait 0.1
+
+The test cluster's GPUs are stand-ins: each run computes on the machine's shared cores, so three runs side
+by side each train about three times slower on two cores, which a run on a GPU of its own does not.
+--step-wait S adds S seconds to each training step as a wait, not computation (a stand-in for a step on a
+GPU of its own, during which the CPU idles): the runs then overlap as they do on a node of GPUs.
 """
 from __future__ import annotations
 
@@ -49,6 +55,28 @@ def sacct(since: str, workdir: Path) -> list[dict]:
     return [r for r in rows if r["JobID"] and Path(r["WorkDir"]) == workdir]
 
 
+WAITING_MODEL = '''
+import os
+import time
+
+from airetrain.train.models import build_model
+
+
+def waiting(meta, cfg):
+    """small_cnn, each training step $STEP_WAIT seconds longer: a wait, as for a GPU of its own."""
+    model = build_model({**cfg, "name": "small_cnn"}, meta)
+    plain, wait = model.forward, float(os.environ["STEP_WAIT"])
+
+    def forward(x):
+        if model.training:
+            time.sleep(wait)
+        return plain(x)
+
+    model.forward = forward
+    return model
+'''
+
+
 def search(trials: int) -> dict:
     """A search's run: one GPU a trial, 3 at once, rungs at 1, 3 and 9 epochs."""
     return {**ONE_GPU, "train": {"epochs": 9},
@@ -57,9 +85,12 @@ def search(trials: int) -> dict:
                                                                                       "reduction": 3}}}}
 
 
-def arm(work: Path, pack: str, run: dict, limit: int) -> dict:
+def arm(work: Path, pack: str, run: dict, limit: int, step_wait: float = 0.0) -> dict:
     """The workflow of the run s (seeds, or a search) with pack, its figures from sacct and its runs' records."""
     work.mkdir()
+    if step_wait:
+        (work / "waitlab.py").write_text(WAITING_MODEL)
+        run = {**run, "model": {"name": "waitlab:waiting"}}
     cfg = work / "config.yaml"
     cfg.write_text(yaml.safe_dump({"roots": {"scratch": str(work / "scratch")}, "runs": {"s": {**run, "pack": pack}}}))
     since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
@@ -69,7 +100,8 @@ def arm(work: Path, pack: str, run: dict, limit: int) -> dict:
                    # a fast root of the arm's own: the fallback /tmp/airetrain-tmp_shared outlives a job on the
                    # test cluster, and the other arm's runs of the same names would resume from it
                    env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-                        "TMP_SHARED": str(work / "fast")})
+                        "TMP_SHARED": str(work / "fast"), "STEP_WAIT": str(step_wait),
+                        "PYTHONPATH": f"{work}:{os.environ.get('PYTHONPATH', '')}"})
     wall = time.monotonic() - t0
     time.sleep(5)   # slurmdbd records the last ends
     jobs = {j["JobID"]: j for j in sacct(since, work)}
@@ -96,13 +128,15 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--limit", type=int, default=2, help="running jobs at once (Snakemake's --jobs)")
     ap.add_argument("--search", type=int, metavar="TRIALS", help="a search of this many trials instead of seeds")
+    ap.add_argument("--step-wait", type=float, default=0.0, metavar="S",
+                    help="each training step S seconds longer, waiting (a stand-in for a GPU of its own)")
     args = ap.parse_args()
     run = search(args.search) if args.search else {**ONE_GPU, "train": {"epochs": args.epochs},
                                                    "seeds": list(range(args.seeds))}
     if not os.environ.get("SLURM_CONF"):
         sys.exit("no SLURM here: `make slurm-up && source tests/slurm/state/env.sh` first")
     with tempfile.TemporaryDirectory(dir=os.environ.get("AIRETRAIN_BENCH_DIR")) as tmp:
-        result = {pack: arm(Path(tmp).resolve() / pack, pack, run, args.limit)
+        result = {pack: arm(Path(tmp).resolve() / pack, pack, run, args.limit, args.step_wait)
                   for pack in ("none", "auto")}
     first = {pack: r["first_submit_to_last_end_s"] for pack, r in result.items()}
     result["sooner"] = round(first["none"] / first["auto"], 2)
