@@ -26,16 +26,15 @@ def _step(args) -> None:
 
 
 def _wave(args) -> None:
-    from ..plan.packing import slot_groups, wave_size
-    from ..search_space import slots, tune_folder, wave_path
+    from ..plan.packing import search_groups
+    from ..run_config import Settings
+    from ..search_space import tune_folder, wave_path
     from ..tune.steps import decide_wave
 
     tuned, results, refused = _study_side(args)
     if Path(args.out).resolve() != wave_path(tune_folder(tuned.run, results), args.group, args.wave).resolve():
         raise ConfigError(f"--out {args.out} is not the file of wave {args.wave} of group {args.group}")
-    site = args.settings.site
-    count = slots(tuned.config, site.max_gpus_per_user)
-    group = slot_groups(count, wave_size(tuned, count, site))[args.group]
+    group = search_groups(tuned, Settings.from_dict(json.loads(args.settings_json)).site)[args.group]
     print(json.dumps(decide_wave(tuned, args.group, group, args.wave, results, refused)))
 
 
@@ -47,7 +46,7 @@ def _study_side(args):
     from ..search_space import ladder, parse_trial
 
     tuned = read_record(args.plan, Plan)
-    args.settings = settings = Settings.from_dict(json.loads(args.settings_json))
+    settings = Settings.from_dict(json.loads(args.settings_json))
     results = Path(args.plan).parents[1]
 
     def refused(name: str, params: dict) -> str | None:

@@ -7,8 +7,7 @@ from ..run_config import Site
 from ..rundir.batch_changes import changes, with_changes
 from ..rundir.memory_raises import raises
 from ..text import aligned
-from ..search_space import slots
-from .packing import packs, wave_size
+from .packing import packs, search_groups
 
 
 def format_table(plans: dict[str, Plan], site: Site | None = None) -> str:
@@ -41,9 +40,9 @@ def _waves(plans: dict[str, Plan], site: Site) -> list[str]:
     """A line for each search whose trials' rungs share allocations (a search in waves)."""
     out = []
     for name, p in plans.items():
-        if p.config.tune and (size := wave_size(p, count := slots(p.config, site.max_gpus_per_user), site)) > 1:
-            out.append(f"{name}: its {count} trials at once in waves of {size}, each wave's rungs one allocation "
-                       f"({size * p.gpus} GPUs), each rung a step with its own")
+        if p.config.tune and len((groups := search_groups(p, site))[0]) > 1:
+            out.append(f"{name}: its {sum(map(len, groups))} trials at once in waves of {len(groups[0])}, each wave's "
+                       f"rungs one allocation ({len(groups[0]) * p.gpus} GPUs), each rung a step with its own")
     return out
 
 

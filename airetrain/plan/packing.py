@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..records import Plan
 from ..run_config import Site
+from ..search_space import slots
 
 PACK_PREFIX = "pack-"
 
@@ -39,9 +40,15 @@ def wave_size(tuned: Plan, slots: int, site: Site) -> int:
                       site.mem_gb_per_node * 1024 // tuned.slurm.mem_mb))
 
 
-def slot_groups(slots: int, size: int) -> list[range]:
-    """The groups of a search's slots that step together: consecutive slots, size at a time."""
-    return [range(first, min(slots, first + size)) for first in range(0, slots, size)]
+def slot_groups(count: int, size: int) -> list[range]:
+    """The groups of count slots that step together: consecutive slots, size at a time."""
+    return [range(first, min(count, first + size)) for first in range(0, count, size)]
+
+
+def search_groups(tuned: Plan, site: Site) -> list[range]:
+    """A search's slots in the groups that step together; groups of one where it does not pack."""
+    count = slots(tuned.config, site.max_gpus_per_user)
+    return slot_groups(count, wave_size(tuned, count, site))
 
 
 def _together(plan: Plan) -> tuple:

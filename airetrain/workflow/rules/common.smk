@@ -23,7 +23,7 @@ from airetrain.plan.interpreter import rule_python
 from airetrain.rundir.memory_raises import request_mb as memory_request_mb
 from airetrain.plan.planner import datasets_to_prepare, plan_workflow
 from airetrain.plan.overview import format_table
-from airetrain.plan.packing import pack_request, packs, slot_groups, wave_size
+from airetrain.plan.packing import pack_request, packs, search_groups
 from airetrain.profiles import account_problem, unquoted
 from airetrain.cluster.slurm import training_job
 from airetrain.rundir.run_log import LOCK as TRAINER_LOCK
@@ -60,16 +60,9 @@ PACKS = packs({name: PLANS[name] for name in RUNS}, PLANS.settings.site)
 PACKED = {run for members in PACKS.values() for run in members}
 
 
-def tune_parallel(tune):
-    return slots(PLANS[tune].config, PLANS.settings.site.max_gpus_per_user)
-
-
 # A search's slots in groups that take each step together (rules/tune.smk): a group of several is a search
 # that packs, its rungs of a step trained in one allocation; its rungs' own rules do not match them.
-SLOT_GROUPS = {
-    tune: slot_groups(tune_parallel(tune), wave_size(PLANS[tune], tune_parallel(tune), PLANS.settings.site))
-    for tune in TUNES
-}
+SLOT_GROUPS = {tune: search_groups(PLANS[tune], PLANS.settings.site) for tune in TUNES}
 IN_WAVES = [tune for tune in TUNES if len(SLOT_GROUPS[tune][0]) > 1]
 
 
@@ -168,6 +161,10 @@ def minutes(step):
 
 
 # A tuned run's search (rules/tune.smk): the chain of each slot's steps, or of each group's waves.
+def tune_parallel(tune):
+    return slots(PLANS[tune].config, PLANS.settings.site.max_gpus_per_user)
+
+
 def step_decision(tune, slot, step):
     """The decision of a slot's step. A step decided is read as any file (a step taken again decides the same:
     tune/steps.py); only the first one not decided yet is Snakemake's checkpoint to wait on. Registering
