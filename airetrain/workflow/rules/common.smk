@@ -66,6 +66,12 @@ SLOT_GROUPS = {tune: search_groups(PLANS[tune], PLANS.settings.site) for tune in
 IN_WAVES = [tune for tune in TUNES if len(SLOT_GROUPS[tune][0]) > 1]
 
 
+def run_pack_command(runs):
+    """`airetrain run-pack` of runs sharing one allocation (a pack's, or a search's wave)."""
+    return shlex.join([str(PYTHON), "-m", "airetrain", "run-pack", "--runs", *runs, "--python", str(PYTHON),
+                       "--script", str(TRAIN_SCRIPT), "--project-dir", os.getcwd()])
+
+
 def run_names(packed=True):
     """The run wildcard's values: every run, or only those not packed (a search in waves packs its rungs)."""
     names = [*(r for r in RUNS if packed or r not in PACKED), *TUNES]

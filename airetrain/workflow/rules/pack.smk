@@ -36,10 +36,7 @@ for _pack, _members in PACKS.items():
             qos=lambda w, qos=_first.slurm.qos: qos,
             mpi="srun",
         params:
-            cmd=shlex.join(
-                [str(PYTHON), "-m", "airetrain", "run-pack", "--runs", *_members, "--python", str(PYTHON),
-                 "--script", str(TRAIN_SCRIPT), "--project-dir", os.getcwd()]
-            ),
+            cmd=run_pack_command(_members),
         conda:
             "../envs/aire.yaml"
         shell:

@@ -118,10 +118,7 @@ rule tune_wave_train:
         # as a run's: the executor's MPI checks refuse one task, which the empty value also runs unwrapped
         mpi=lambda w: "srun" if wave_request(w)["tasks"] > 1 else "",
     params:
-        cmd=lambda w: shlex.join(
-            [str(PYTHON), "-m", "airetrain", "run-pack", "--runs", *wave_rungs(w), "--python", str(PYTHON),
-             "--script", str(TRAIN_SCRIPT), "--project-dir", os.getcwd()]
-        ),
+        cmd=lambda w: run_pack_command(wave_rungs(w)),
     conda:
         "../envs/aire.yaml"
     shell:
