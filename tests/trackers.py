@@ -1,5 +1,6 @@
 """The trackers as the tests meet them: a real MLflow server on 127.0.0.1 (SQLite backend, a local
 artifact root), started and stopped by the tests, and readers of what each tracker holds."""
+import os
 import socket
 import subprocess
 import time
@@ -30,7 +31,10 @@ class MlflowServer:
         self.proc = subprocess.Popen(
             [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
              "--default-artifact-root", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", "1"], stdout=open(root / "server.log", "a"), stderr=subprocess.STDOUT, start_new_session=True)
+             "--workers", "1"], stdout=open(root / "server.log", "a"), stderr=subprocess.STDOUT, start_new_session=True,
+            # tracking only: without this MLflow 3 starts a job queue of its own beside the server (about seven
+            # more processes, each importing mlflow: most of a server's CPU in the suite)
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
         deadline = time.monotonic() + 180
         while not self.answers():
             assert self.proc.poll() is None, (root / "server.log").read_text()[-3000:]
