@@ -1,7 +1,8 @@
 """How long training stalls per checkpoint: airetrain's async save vs a synchronous torch.save + fsync.
 
 One process (gloo, world size 1) holds a model of 6 x Linear(2048, 2048) (100 MB of weights) and
-its AdamW state (200 MB more). The baseline serializes that state with torch.save into a file and
+its AdamW state (200 MB more); --width W makes them Linear(W, W), a smaller or larger state. The
+baseline serializes that state with torch.save into a file and
 fsyncs it, as a training loop without background saving would, before the next step. Where
 airetrain's Checkpointer writes in the background, its save returns once the state is copied to
 CPU memory; the write, fsync, manifest and promotion to the durable directory run in the
@@ -15,7 +16,7 @@ default, --threads = the cores), checkpoint.writer auto <= 1.0; with a core free
 2 cores), the background path <= 0.2.
 
     python benchmarks/checkpoint.py [--saves 5] [--every 10] [--dir PATH] [--strategy ddp|fsdp] [--device cuda]
-                                    [--writer auto|process|thread|synchronous] [--threads N]
+                                    [--writer auto|process|thread|synchronous] [--threads N] [--width W]
 
 On a GPU (--device cuda) the copy is device to host memory, and the training step runs on the GPU.
 """
@@ -41,14 +42,14 @@ from airetrain.train.parallel.wrap import Parallel  # noqa: E402
 from airetrain.plan.planner import plan_all  # noqa: E402
 
 
-def model() -> nn.Module:
+def model(width: int) -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(6)])
+    return nn.Sequential(*[nn.Linear(width, width) for _ in range(6)])
 
 
-def train_step(par, optimizer, device) -> float:
+def train_step(par, optimizer, device, width: int) -> float:
     t0 = time.perf_counter()
-    x = torch.randn(64, 2048, device=device)
+    x = torch.randn(64, width, device=device)
     par(x).square().mean().backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -82,6 +83,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="the training's threads (default: every core, the busy-cores shape; 1 on 2 cores leaves one "
                          "core free)")
+    ap.add_argument("--width", type=int, default=2048, help="the Linear layers' width (2048: a 302 MB state)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -102,10 +104,10 @@ def main() -> None:
                                                 "writer": "auto" if args.writer == "synchronous" else args.writer,
                                                 "async": args.writer != "synchronous"}}}}
     plan = plan_all(config, env={"HOME": "/nonexistent"})["bench"]
-    net = model().to(device)
+    net = model(args.width).to(device)
     par = Parallel(net, plan, device)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
-    train_step(par, optimizer, device)   # creates the AdamW state
+    train_step(par, optimizer, device, args.width)   # creates the AdamW state
     state_mb = sum(t.numel() * t.element_size() for t in net.state_dict().values()) * 3 / 1e6
 
     # baseline: the full state, torch.save + fsync, training waits for all of it
@@ -113,7 +115,7 @@ def main() -> None:
     for i in range(args.saves):
         state = {"model": net.state_dict(), "optimizer": optimizer.state_dict()}
         sync_s.append(sync_save(state, tmp / f"sync-{i % 2}.pt"))
-        quiet_steps += [train_step(par, optimizer, device) for _ in range(args.every)]
+        quiet_steps += [train_step(par, optimizer, device, args.width) for _ in range(args.every)]
 
     ckpt = Checkpointer(Dist(0, 0, 1, device), par, optimizer, plan, fast, False)
     if ckpt._writer is not None:
@@ -122,7 +124,7 @@ def main() -> None:
     for i in range(args.saves):
         ckpt.save({"step": i + 1, "epoch": 0, "step_in_epoch": i + 1, "config": plan.config.to_dict(),
                    "scheduler": {}, "scaler": None})
-        busy_steps += [train_step(par, optimizer, device) for _ in range(args.every)]
+        busy_steps += [train_step(par, optimizer, device, args.width) for _ in range(args.every)]
     t0 = time.perf_counter()
     latest = ckpt.finish()
     tail_s = time.perf_counter() - t0

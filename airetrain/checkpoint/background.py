@@ -6,8 +6,11 @@ scratch, hash the copy) takes from the training steps. Where a core is free (alw
 each rank drives its GPU from a core or two), the writer process does that work on it at nice 19,
 out of the training's way. Where the ranks keep every core busy, as CPU training does, the writer
 process gets no core and the next save waits for it; a thread of the trainer costs least in all
-there, less than writing in the loop, which adds the hash to the save's time
-(benchmarks/checkpoint.py measures each shape; the figures are in benchmarks/README.md).
+there, less than writing in the loop, which adds the hash to the save's time. For a model of under
+SMALL_MODEL_MB a thread measured as cheap as the process, or cheaper: there the process is only its
+start, PyTorch imported again beside every rank, each session (a second or two of a core, some
+hundred MB of memory) (benchmarks/checkpoint.py measures each shape and size; the figures are in
+benchmarks/README.md).
 """
 from __future__ import annotations
 
@@ -15,6 +18,9 @@ import os
 from dataclasses import dataclass
 
 PROCESS, THREAD, DCP_ASYNC, SYNCHRONOUS = "process", "thread", "dcp_async", "synchronous"
+# Below this many MB of weights (and buffers) auto writes with a thread: its saves are too small for a
+# writer process to take measurably off the loop (benchmarks/README.md, the writer by the state's size)
+SMALL_MODEL_MB = 64
 
 
 @dataclass(frozen=True)
@@ -42,14 +48,29 @@ def cores_busy(ranks_on_node: int, cpus_per_rank: int, workers: int | None) -> i
     return ranks_on_node * per_rank
 
 
-def choose(writer: str, async_: bool, sharded: bool, on_gpu: bool, busy: int, cores: int) -> WritePath:
-    """checkpoint.writer and checkpoint.async, resolved for this machine: busy of cores in use."""
+def model_mb(model) -> float:
+    """A model's weights and buffers, in MB: what a save of it holds besides its optimizer's state."""
+    return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers())) / 1e6
+
+
+def choose(writer: str, async_: bool, sharded: bool, on_gpu: bool, busy: int, cores: int,
+           weights_mb: float) -> WritePath:
+    """checkpoint.writer and checkpoint.async, resolved for this machine: busy of cores in use, and
+    a model of weights_mb."""
     if not async_:
         return WritePath(SYNCHRONOUS, "checkpoint.async is false")
     if writer != "auto":
         kind = DCP_ASYNC if sharded else writer
         return WritePath(kind, f"checkpoint.writer is {writer}" + (" (FSDP saves with DCP's async_save)"
                                                                    if sharded else ""))
+    path = _by_cores(sharded, on_gpu, busy, cores)
+    if path.kind == PROCESS and weights_mb < SMALL_MODEL_MB:
+        return WritePath(THREAD, f"auto: a model of {weights_mb:.2g} MB (under {SMALL_MODEL_MB} MB): a thread writes "
+                                 "its saves as cheaply, without a writer process's start (a PyTorch import per rank)")
+    return path
+
+
+def _by_cores(sharded: bool, on_gpu: bool, busy: int, cores: int) -> WritePath:
     background = DCP_ASYNC if sharded else PROCESS
     if on_gpu:
         return WritePath(background, "auto: on GPUs the training leaves cores free for the writing")

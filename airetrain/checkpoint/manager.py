@@ -124,7 +124,7 @@ class Checkpointer:
         self.path = background.choose(
             cfg.writer, cfg.async_, self.sharded, d.device.type == "cuda",
             background.cores_busy(plan.nproc_per_node, plan.cpus_per_rank, plan.config.data.workers),
-            background.cores_here())
+            background.cores_here(), background.model_mb(par.model))
         self.background = self.path.background
         if d.is_main:
             log.info("checkpoints: %s (%s)", self.path.kind, self.path.reason)

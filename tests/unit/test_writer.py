@@ -124,8 +124,8 @@ def test_the_thread_writes_into_buffers_kept_from_save_to_save(process_group, tm
         ckpt.par.model.weight)
 
 
-def test_auto_takes_a_thread_on_busy_cores_and_the_process_where_a_core_is_free(process_group, tmp_path,
-                                                                                monkeypatch):
+def test_auto_takes_a_thread_on_busy_cores_or_for_a_small_model_and_the_process_where_a_core_is_free(
+        process_group, tmp_path, monkeypatch):
     ckpt, plan = checkpointer(tmp_path)
     ckpt._writer.close()
     plan = with_writer(plan, "auto")
@@ -135,6 +135,10 @@ def test_auto_takes_a_thread_on_busy_cores_and_the_process_where_a_core_is_free(
     busy.save(trainer(1, plan))
     assert busy._thread is not None and busy.finish()["step"] == 1
     monkeypatch.setattr(background, "cores_here", lambda: plan.cpus_per_rank + 1)   # a core to spare
+    small = Checkpointer(Dist(0, 0, 1, CPU), ckpt.par, ckpt.optimizer, plan, tmp_path / "fast", False)
+    assert small.path.kind == "thread" and small._writer is None   # a model of 0.017 MB
+    assert "a thread writes its saves as cheaply" in small.path.reason
+    monkeypatch.setattr(background, "SMALL_MODEL_MB", 0)   # the same model, as if it were a large one
     spare = Checkpointer(Dist(0, 0, 1, CPU), ckpt.par, ckpt.optimizer, plan, tmp_path / "fast", False)
     assert spare.path.kind == "process" and spare._writer is not None and "1 of" in spare.path.reason
     spare.finish()
