@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ..cluster import slurm
 from ..errors import ConfigError
-from ..plan.config import SLURM_NAME
+from ..profiles import ACCOUNT_NAME as SLURM_NAME
 from ..cluster.units import format_duration
 
 FOLDER = Path("logs") / "workflow"

@@ -48,3 +48,13 @@ def test_snakemakes_parse_of_the_workflow_imports_no_torch(tmp_path):
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
     assert "airetrain.plan.planner" in imported and "snakemake.workflow" in imported   # the probe saw the parse
     assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
+
+
+def test_the_command_line_imports_no_config_validator_before_its_command_asks():
+    """Every rule and job runs `airetrain <step>` (launch, stage, health-node, ...): the command line itself
+    imports neither jsonschema (the config's validation) nor torch, pandas or optuna; a command imports what
+    it needs when it runs."""
+    out = subprocess.run([sys.executable, "-c", "import sys, airetrain.cli; print(sorted(m for m in "
+                          "('jsonschema', 'torch', 'pandas', 'optuna', 'snakemake') if m in sys.modules))"],
+                         capture_output=True, text=True, check=True, cwd=REPO).stdout
+    assert out.strip() == "[]"
