@@ -1,6 +1,6 @@
-"""A search on the real SLURM cluster: 9 trials, 3 at once, one GPU each, successive halving by 3, packed as by
+"""A search on the real SLURM cluster: 7 trials, 3 at once, one GPU each, successive halving by 3, packed as by
 default: in waves, the rungs its 3 slots decide together trained side by side in one allocation. The submitting
-Snakemake is killed mid-search and run again: the same study finishes with 9 trials, none lost or duplicated;
+Snakemake is killed mid-search and run again: the same study finishes with 7 trials, none lost or duplicated;
 promoted trials resume from their checkpoints; SLURM accounted fewer allocations than rungs, each rung a step
 of its own with one GPU, and never more than 3 rungs at once."""
 import csv
@@ -17,11 +17,11 @@ from test_slurm import SLURM_ARGS, unique
 from user_code import write_ownlab
 
 pytestmark = pytest.mark.slurm
-TRIALS, PARALLEL, LADDER = 9, 3, (1, 3, 9)
+TRIALS, PARALLEL, LADDER = 7, 3, (1, 3)
 SEARCHED = {"device": "cpu", "gpus": 1, "precision": "fp32", "cpus_per_rank": 1, "mem_gb_per_rank": 2,
             "model": {"name": "ownlab.lab:tunable", "options": {"hidden": 16}},
             "data": {"name": "ownlab.lab:regression_data"}, "batch": {"global": 64, "per_device": 64},
-            "optim": {"name": "adamw", "lr": 0.01}, "train": {"epochs": 9, "loss": "ownlab.lab:mse"},
+            "optim": {"name": "adamw", "lr": 0.01}, "train": {"epochs": 3, "loss": "ownlab.lab:mse"},
             "time_min": {"stage": 5, "train": 10, "promote": 5},
             "tune": {"space": {"optim.lr": {"loguniform": [1.0e-3, 1.0e-1]},
                                "model.options.hidden": {"choice": [4, 16, 32]}},
@@ -44,8 +44,8 @@ def search(slurm_cluster, tmp_path_factory):
         (work / "started").write_text(datetime.now().strftime("%Y-%m-%dT%H:%M:%S"))   # for sacct's window
         first = spawn(command, work / "first.log", cwd=work, env=env, exact_env=True)
         trials = work / "results/sr/tune/trials"
-        wait_for(lambda: trials.exists() and len(list(trials.iterdir())) >= 5, timeout=600,
-                 what="five trials asked", every=0.5)
+        wait_for(lambda: trials.exists() and len(list(trials.iterdir())) >= 4, timeout=600,
+                 what="four trials asked", every=0.5)
         first.kill()   # SIGKILL mid-search: its jobs train on
         first.wait()
         killed_with = len(list(trials.iterdir()))
@@ -67,7 +67,7 @@ def rungs_trained(work, trial: str) -> list[int]:
 
 def test_the_study_finishes_with_every_trial_once_after_the_workflow_was_killed(search):
     work, _, killed_with = search
-    assert 5 <= killed_with < TRIALS   # the kill landed mid-search
+    assert 4 <= killed_with < TRIALS   # the kill landed mid-search
     table = rows(work)
     assert [int(r["trial"]) for r in table] == list(range(TRIALS))
     assert all(r["state"] == "complete" or r["state"].startswith("pruned") for r in table)
@@ -89,7 +89,7 @@ def test_promoted_trials_resume_from_their_rungs_checkpoint(search):
             record = read_json(work / f"results/{row['run']}-e{after}/train.json")
             assert record["resumed_from_step"] == ended > 0   # no retraining: it went on from the rung's end
             resumed += 1
-    assert resumed >= 2
+    assert resumed >= 1   # the first trial to end its first rung is always promoted
 
 
 def allocations(env, work) -> list[dict]:
@@ -138,7 +138,7 @@ def test_the_table_and_the_best_weights_are_there(search):
     work, _, _ = search
     about = read_json(work / "results/sr/tune/best.json")
     best = about["best"]
-    assert best["state"] == "complete" and int(best["epochs"]) == 9
+    assert best["state"] == "complete" and int(best["epochs"]) == LADDER[-1]
     assert about["weights"]["path"] == str(work / "scratch/airetrain/sr/best.safetensors")
     assert (work / "scratch/airetrain/sr/best.safetensors").stat().st_size > 0
     assert f"Best: trial {best['trial']} ({best['run']})" in (work / "results/sr/tune.md").read_text()
