@@ -5,7 +5,7 @@ One Snakemake invocation runs three copies of the same training:
 - ref: the same training with time to spare (the uninterrupted result);
 - victim: cancelled with scancel mid-training; a second invocation resumes it, and only it;
 - script-stop: a user's own script (script mode) that stops at its deadline through airetrain.job;
-- pl: a Lightning script with airetrain's callback on two nodes of two ranks, stopped at its deadline
+- pl: a Lightning script with airetrain's callback on two nodes of a rank each, stopped at its deadline
   and requeued in the same way.
 stop and ref also log to a real MLflow server on 127.0.0.1 and to W&B offline: a requeued run is one
 tracker run, each step once.
@@ -19,6 +19,7 @@ its fast root empty and must resume from the durable copy on scratch.
 import csv
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -48,7 +49,7 @@ TRAINING = {"processes": 2, "precision": "fp32", "batch": {"global": 64, "per_de
 STEPS = 5 * (1437 // 64)
 PACED = {"name": "ownlab.lab:paced", "dropout": 0.2}   # ref's small_cnn, a second per step while held
 SCRIPT_STEPS = 150
-PL_EPOCHS, PL_STEPS_PER_EPOCH = 6, 23   # 1437 digits over 4 ranks: 360 each, in batches of 16
+PL_EPOCHS, PL_STEPS_PER_EPOCH = 6, 45   # 1437 digits over 2 ranks: 719 each, in batches of 16
 
 
 def durable(work, run_name):
@@ -82,7 +83,7 @@ def interrupted(slurm_cluster, mlflow_server, tmp_path_factory):
         hold = work / "hold"
         cfg = write_config(work / "config.yaml", {
             "roots": {"scratch": str(work / "scratch")},
-            "site": {"gpus_per_node": 2},   # pl: two nodes of two ranks (the GPU plan on CPU processes)
+            "site": {"gpus_per_node": 1},   # pl: two nodes of a rank each (the GPU plan on CPU processes)
             "defaults": TRAINING,
             "runs": {
                 # a 4-minute job that stops 2.5 minutes before its end, 90 s after it starts, held at a second
@@ -100,8 +101,8 @@ def interrupted(slurm_cluster, mlflow_server, tmp_path_factory):
                                 "train": {"script": str(work / "train.py"),
                                           "args": ["--steps", str(SCRIPT_STEPS), "--step-seconds", "1"]}},
                 # the staged digits, a second a step while held: the same 4-minute job and margin stop it
-                "pl": {"device": "cpu", "gpus": 4, "cpus_per_rank": 1, "mem_gb_per_rank": 2, "data": {"name": "digits"},
-                       "batch": {"global": 64, "per_device": 16}, "time_min": {"stage": 1, "train": 2, "promote": 1},
+                "pl": {"device": "cpu", "gpus": 2, "cpus_per_rank": 1, "mem_gb_per_rank": 2, "data": {"name": "digits"},
+                       "batch": {"global": 32, "per_device": 16}, "time_min": {"stage": 1, "train": 2, "promote": 1},
                        "checkpoint": {"stop_margin_min": 2.5, "max_requeues": 20},
                        "train": {"script": str(work / "train_pl.py"),
                                  "args": ["--epochs", str(PL_EPOCHS), "--batch", "16"]}},
@@ -115,6 +116,23 @@ def interrupted(slurm_cluster, mlflow_server, tmp_path_factory):
         env = {**slurm_cluster, "AIRETRAIN_LAB_JOB_TMPDIR": "1", "HOLD": str(hold)}
         # --retries 0: the cancelled run is left failed, for the second invocation to resume
         first = spawn(snakemake_cmd(work, cfg, *SLURM_ARGS, "--retries", "0"), work / "first.log", cwd=work, env=env)
+        runs = work / "scratch" / "airetrain"
+        # stop's model file edited the moment its deadline stop is recorded, while SLURM restarts its job: the
+        # resumed session would build a network twice as wide from the working tree, and imports the code
+        # captured at its first launch. A thread of its own, so that the waits below never delay the edit
+        # past the restart.
+        lab = work / "ownlab" / "lab.py"
+        original = lab.read_text()
+        wider = original.replace('build_model({**cfg, "name": "small_cnn"}, meta)',
+                                 'build_model({**cfg, "name": "small_cnn", "width": 2 * cfg["width"]}, meta)')
+        edited = []
+
+        def edit_at_the_stop():
+            wait_for(lambda: stops(runs / "stop"), timeout=600, what="the deadline stop of stop", every=0.01)
+            lab.write_text(wider)
+            edited.append(time.time())
+        editor = threading.Thread(target=edit_at_the_stop, daemon=True)
+        editor.start()
         # pl's state while it trains, as `airetrain status` shows it
         pl_metrics = work / "results" / "pl" / "metrics.jsonl"
         wait_for(lambda: pl_metrics.exists() and '"loss"' in pl_metrics.read_text(), timeout=400, what="pl's step")
@@ -124,15 +142,9 @@ def interrupted(slurm_cluster, mlflow_server, tmp_path_factory):
         wait_for(lambda: newest_step(durable(work, "victim")) >= 10, timeout=400, what="victim's checkpoint")
         victim_job = sessions(work, "victim")[-1]["slurm_job_id"]
         run(["scancel", victim_job], env=env)
-        runs = work / "scratch" / "airetrain"
-        wait_for(lambda: stops(runs / "stop"), timeout=400, what="the deadline stop of stop")
-        # stop's model file edited at once, while SLURM restarts its job: the resumed session would build a
-        # network twice as wide from the working tree, and imports the code captured at its first launch
-        lab = work / "ownlab" / "lab.py"
-        original = lab.read_text()
-        lab.write_text(original.replace('build_model({**cfg, "name": "small_cnn"}, meta)',
-                                        'build_model({**cfg, "name": "small_cnn", "width": 2 * cfg["width"]}, meta)'))
-        edited_at = time.time()
+        editor.join(timeout=600)
+        assert edited, "stop recorded no deadline stop"
+        edited_at = edited[0]
         assert lab.read_text() != original
         wait_for(lambda: stops(runs / "script-stop"), timeout=400, what="the deadline stop of script-stop")
         status = json.loads(run([sys.executable, "-m", "airetrain", "status", "--configfile", str(cfg), "--json"],
@@ -314,14 +326,14 @@ def test_a_users_script_at_its_time_limit_stops_requeues_and_ends_as_uninterrupt
 
 
 def test_a_lightning_script_on_two_nodes_stops_requeues_and_finishes_from_its_durable_checkpoint(interrupted):
-    """pl's callback: the deadline stop and requeue of the same job, torchrun's world of 4 in every session,
+    """pl's callback: the deadline stop and requeue of the same job, torchrun's world of 2 nodes in every session,
     each resume from scratch's step-N.ckpt (the job's own fast root is purged), the planned end."""
     work = interrupted[0]
     stopped, starts = stops(work / "scratch" / "airetrain" / "pl"), sessions(work, "pl")
     assert stopped and {(s["reason"], s["action"]) for s in stopped} == {("deadline", "requeued")}, stopped
     assert len(starts) == len(stopped) + 1 and len({s["slurm_job_id"] for s in starts}) == 1, starts
     worlds = [json.loads(line) for line in (work / "results/pl/sessions.jsonl").read_text().splitlines()]
-    assert [w["world_size"] for w in worlds] == [4] * len(starts) and worlds[0]["resumed_from"] is None
+    assert [w["world_size"] for w in worlds] == [2] * len(starts) and worlds[0]["resumed_from"] is None
     assert [w["resumed_from"] for w in worlds[1:]] == [
         str(durable(work, "pl") / f"step-{s['step']:08d}.ckpt") for s in stopped]
     final = read_json(work / "results/pl/final.json")
