@@ -2,8 +2,8 @@
 
 One process (gloo, world size 1) holds a model of 6 x Linear(2048, 2048) (100 MB of weights) and
 its AdamW state (200 MB more); --width W makes them Linear(W, W), a smaller or larger state. The
-baseline serializes that state with torch.save into a file and
-fsyncs it, as a training loop without background saving would, before the next step. Where
+baseline serializes that state with torch.save into a file and fsyncs it, as a training loop
+without background saving would, before the next step. Where
 airetrain's Checkpointer writes in the background, its save returns once the state is copied to
 CPU memory; the write, fsync, manifest and promotion to the durable directory run in the
 background (DDP: a writer process or a thread; FSDP: DCP's async_save), and the next save waits

@@ -7,10 +7,10 @@ each rank drives its GPU from a core or two), the writer process does that work 
 out of the training's way. Where the ranks keep every core busy, as CPU training does, the writer
 process gets no core and the next save waits for it; a thread of the trainer costs least in all
 there, less than writing in the loop, which adds the hash to the save's time. For a model of under
-SMALL_MODEL_MB a thread measured as cheap as the process, or cheaper: there the process is only its
-start, PyTorch imported again beside every rank, each session (a second or two of a core, some
-hundred MB of memory) (benchmarks/checkpoint.py measures each shape and size; the figures are in
-benchmarks/README.md).
+SMALL_MODEL_MB a thread measured as cheap as the process, or cheaper, so there the process would
+only add its start: PyTorch imported again beside every rank, each session, a second or two of a
+core and some hundred MB of memory. benchmarks/checkpoint.py measures each shape and size; the
+figures are in benchmarks/README.md.
 """
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ import os
 from dataclasses import dataclass
 
 PROCESS, THREAD, DCP_ASYNC, SYNCHRONOUS = "process", "thread", "dcp_async", "synchronous"
-# Below this many MB of weights (and buffers) auto writes with a thread: its saves are too small for a
-# writer process to take measurably off the loop (benchmarks/README.md, the writer by the state's size)
+# Below this many MB of weights and buffers, auto writes with a thread (the module's docstring says why)
 SMALL_MODEL_MB = 64
 
 

@@ -326,8 +326,8 @@ def test_a_users_script_at_its_time_limit_stops_requeues_and_ends_as_uninterrupt
 
 
 def test_a_lightning_script_on_two_nodes_stops_requeues_and_finishes_from_its_durable_checkpoint(interrupted):
-    """pl's callback: the deadline stop and requeue of the same job, torchrun's world of 2 nodes in every session,
-    each resume from scratch's step-N.ckpt (the job's own fast root is purged), the planned end."""
+    """pl's callback: the deadline stop and requeue of the same job, torchrun's world of 2 (a rank on each node) in
+    every session, each resume from scratch's step-N.ckpt (the job's own fast root is purged), the planned end."""
     work = interrupted[0]
     stopped, starts = stops(work / "scratch" / "airetrain" / "pl"), sessions(work, "pl")
     assert stopped and {(s["reason"], s["action"]) for s in stopped} == {("deadline", "requeued")}, stopped
