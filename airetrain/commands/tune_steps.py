@@ -19,7 +19,7 @@ def _step(args) -> None:
     from ..search_space import step_path, tune_folder
     from ..tune.steps import decide
 
-    tuned, results, refused = _study_side(args)
+    tuned, results, refused, _ = _study_side(args)
     if Path(args.out).resolve() != step_path(tune_folder(tuned.run, results), args.slot, args.step).resolve():
         raise ConfigError(f"--out {args.out} is not the file of step {args.step} of slot {args.slot}")
     print(json.dumps(decide(tuned, args.slot, args.step, results, refused)))
@@ -27,19 +27,19 @@ def _step(args) -> None:
 
 def _wave(args) -> None:
     from ..plan.packing import search_groups
-    from ..run_config import Settings
     from ..search_space import tune_folder, wave_path
     from ..tune.steps import decide_wave
 
-    tuned, results, refused = _study_side(args)
+    tuned, results, refused, settings = _study_side(args)
     if Path(args.out).resolve() != wave_path(tune_folder(tuned.run, results), args.group, args.wave).resolve():
         raise ConfigError(f"--out {args.out} is not the file of wave {args.wave} of group {args.group}")
-    group = search_groups(tuned, Settings.from_dict(json.loads(args.settings_json)).site)[args.group]
+    group = search_groups(tuned, settings.site)[args.group]
     print(json.dumps(decide_wave(tuned, args.group, group, args.wave, results, refused)))
 
 
 def _study_side(args):
-    """(the tuned run's plan, the results folder, refused(trial, params): why the trial's plan is refused, or None)."""
+    """(the tuned run's plan, the results folder, refused(trial, params): why the trial's plan is refused, or None,
+    the workflow's settings)."""
     from ..plan.planner import plan_rung
     from ..records import Plan, read_record
     from ..run_config import Settings
@@ -56,7 +56,7 @@ def _study_side(args):
             return str(e)
         return None
 
-    return tuned, results, refused
+    return tuned, results, refused, settings
 
 
 def _table(args) -> None:

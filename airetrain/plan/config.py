@@ -19,7 +19,6 @@ from ..text import did_you_mean
 from . import sweep
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-SLURM_NAME = SAFE_NAME   # accounts and QoS, also where they come from the environment ($SBATCH_ACCOUNT)
 
 
 def load_yaml(path: str | Path) -> dict:

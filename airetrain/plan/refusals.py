@@ -19,7 +19,7 @@ from ..run_config import RunConfig, Settings, Site
 from ..shards import INDEX
 from ..text import did_you_mean
 from ..tracking.registry import TRACKERS
-from .config import SLURM_NAME
+from ..profiles import ACCOUNT_NAME as SLURM_NAME   # accounts and QoS, also from the environment ($SBATCH_ACCOUNT)
 
 
 def refuse(name: str, problems: list[str], why: str = "refused") -> None:
